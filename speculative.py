@@ -1,0 +1,257 @@
+"""
+Speculative sampling next to plain sampling, in one file to read beside the paper.
+
+Sources: Chen et al. 2023, "Accelerating Large Language Model Decoding with Speculative Sampling"
+(arXiv:2302.01318), Algorithm 2; Leviathan et al. 2023, "Fast Inference from Transformers via Speculative
+Decoding" (arXiv:2211.17192), Algorithm 1 and Theorem 3.8. Notation is Leviathan's: p is the TARGET's
+distribution, q the DRAFT's (Chen swaps the letters: his q is the target and his p the draft).
+
+One round: the draft proposes K tokens x_1..x_K one at a time, each drawn from its q; the target scores
+all K+1 positions in ONE forward, giving p_1..p_{K+1}. Then, left to right, keep x_i with probability
+min(1, p_i(x_i) / q_i(x_i)); at the first rejection draw a replacement from norm(max(0, p_i - q_i)) and stop;
+if all K are kept, draw a bonus token from p_{K+1}. A round emits 1..K+1 tokens, and every emitted token is
+distributed exactly as if it had been sampled from the target alone (Leviathan et al., Appendix A.1; the
+tests prove it by enumerating every branch of this code).
+
+Both samplers condition the token at position t on the window x[s(t):t] (W = block_size; see context_start),
+and both use KV caches (model.py). What it leaves out: batches (B > 1), tree-shaped drafts, adaptive K.
+"""
+
+import time
+from dataclasses import dataclass, field
+
+import torch
+from torch.nn import functional as F
+
+
+@dataclass
+class Stats:
+    """What a generate call did. `rounds` holds (t, drafted, accepted) for every speculative round."""
+    new_tokens: int = 0
+    drafted: int = 0  # draft tokens proposed
+    accepted: int = 0  # draft tokens kept
+    target_calls: int = 0  # target forwards (one per round, one per token when sampling plainly)
+    draft_calls: int = 0
+    target_time: float = 0.0  # seconds inside the target's forwards
+    draft_time: float = 0.0  # seconds inside the draft's forwards
+    total_time: float = 0.0  # seconds for the whole call
+    rounds: list = field(default_factory=list)
+
+    @property
+    def acceptance_rate(self):
+        return self.accepted / self.drafted if self.drafted else float("nan")
+
+    @property
+    def tokens_per_target_call(self):
+        return self.new_tokens / self.target_calls if self.target_calls else float("nan")
+
+    @property
+    def tokens_per_second(self):
+        return self.new_tokens / self.total_time if self.total_time else float("nan")
+
+
+# ---- turning logits into the distribution we sample from ---------------------------------------------------
+
+def sampling_probs(logits, temperature=1.0, top_k=None, top_p=None):  # (..., V) -> (..., V)
+    """Temperature, then top-k, then top-p. temperature == 0 is greedy: a one-hot at the argmax.
+
+    The SAME function makes p and q, so q is exactly the distribution the draft token was drawn from.
+    [2., 1., 0.] with top_p=0.6 -> [1., 0., 0.] (0.665 already reaches 0.6); with top_p=0.7 -> [.73, .27, 0.]
+    """
+    if logits.dtype not in (torch.float32, torch.float64):
+        logits = logits.float()  # probabilities and the acceptance test in float32 or better (bf16/fp16 models)
+    if temperature == 0:  # greedy, with no division by zero
+        return F.one_hot(logits.argmax(-1), logits.size(-1)).to(logits.dtype)
+    logits = logits / temperature
+    if top_k is not None and top_k < logits.size(-1):
+        kth = torch.topk(logits, top_k, dim=-1).values[..., -1:]  # (..., 1)
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    probs = F.softmax(logits, dim=-1)
+    if top_p is not None and top_p < 1.0:  # the smallest set of most probable tokens whose mass reaches top_p
+        sorted_p, order = torch.sort(probs, dim=-1, descending=True)
+        mass_before = sorted_p.cumsum(-1) - sorted_p  # mass of the tokens ranked above each one
+        drop = (mass_before >= top_p).scatter(-1, order, mass_before >= top_p)  # the top token always stays
+        probs = probs.masked_fill(drop, 0.0)
+        probs = probs / probs.sum(-1, keepdim=True)
+    return probs
+
+
+def sample(probs, generator=None):  # (V,) -> int
+    return torch.multinomial(probs, 1, generator=generator).item()
+
+
+def coin(prob, generator=None):  # -> True with probability prob
+    device = generator.device if generator is not None else "cpu"
+    return torch.rand((), generator=generator, device=device).item() < prob
+
+
+def accept_probability(p_x, q_x):
+    """min(1, p(x) / q(x)). q(x) > 0 because x was drawn from q."""
+    return min(1.0, p_x / q_x)
+
+
+def residual(p, q):  # (V,), (V,) -> (V,)
+    """norm(max(0, p - q)): where the replacement for a rejected draft token is drawn from."""
+    r = torch.clamp(p - q, min=0.0)
+    total = r.sum().item()
+    if total <= 0.0:  # subtle: p == q leaves no residual mass. A rejection then has probability 0 (every
+        return p  # p(x)/q(x) is 1), so it only happens by rounding and any choice is exact; p is natural.
+    return r / total
+
+
+# ---- the context window: identical in both samplers --------------------------------------------------------
+
+def context_start(t, W):
+    """s(t): the token at position t is conditioned on x[s(t):t]. Slides by W//2 once t >= W.
+
+    W=8: t=0..7 -> 0; t=8..11 -> 4; t=12..15 -> 8. Every context holds W//2 .. W-1 tokens once t >= W.
+    """
+    if t < W:
+        return 0
+    return (t // (W // 2) - 1) * (W // 2)
+
+
+def window_end(t, W):
+    """The last position that shares s(t) with t. W=8: t=3 -> 7, t=9 -> 11."""
+    return W - 1 if t < W else (t // (W // 2) + 1) * (W // 2) - 1
+
+
+class CachedModel:
+    """A model, its KV cache, and where the cached window starts: the cache holds x[start:start+cache_len]."""
+
+    def __init__(self, model, device):
+        self.model, self.device = model, device
+        self.W = model.config.block_size
+        self.start, self.calls, self.seconds = 0, 0, 0.0
+        model.reset_cache()
+
+    def logits(self, tokens, t, n):  # -> (n, V): position t+i predicted from x[s(t):t+i], for i < n
+        s = context_start(t, self.W)
+        assert window_end(t, self.W) >= t + n - 1, "a round crossed a change of s(t)"
+        if s != self.start:  # subtle: the window slid, every cached key sits at a wrong position: re-fill
+            self.model.crop(0)
+            self.start = s
+        assert self.model.cache_len <= t - 1 - s, "stale tokens in the cache: rollback() after a rejection"
+        new = torch.tensor([tokens[s + self.model.cache_len:t + n - 1]], device=self.device)  # (1, T)
+        tic = time.perf_counter()
+        logits, _ = self.model(new, use_cache=True)  # (1, T, V)
+        logits = logits[0, -n:]  # (n, V)
+        if self.device.type == "cuda":
+            torch.cuda.synchronize()
+        self.seconds += time.perf_counter() - tic
+        self.calls += 1
+        return logits
+
+    def rollback(self, t):
+        """Forget cached tokens from position t on (rejected draft tokens). O(1): model.crop moves a counter."""
+        self.model.crop(max(0, min(self.model.cache_len, t - self.start)))
+
+
+# ---- plain sampling: the baseline and the reference ----------------------------------------------------------
+
+@torch.no_grad()
+def autoregressive_generate(model, idx, max_new_tokens, temperature=1.0, top_k=None, top_p=None, generator=None):
+    """idx (1, T) -> (idx (1, T + max_new_tokens), Stats). One target forward per token, KV-cached."""
+    tokens = check_inputs(model, None, idx, max_new_tokens, 1, temperature, top_k, top_p)
+    stats, tic = Stats(), time.perf_counter()
+    target = CachedModel(model, idx.device)
+    for t in range(len(tokens), len(tokens) + max_new_tokens):
+        p = sampling_probs(target.logits(tokens, t, 1)[0], temperature, top_k, top_p)  # (V,)
+        tokens.append(sample(p, generator))
+    stats.new_tokens, stats.target_calls, stats.target_time = max_new_tokens, target.calls, target.seconds
+    stats.total_time = time.perf_counter() - tic
+    return torch.tensor([tokens], dtype=torch.long, device=idx.device), stats
+
+
+# ---- speculative sampling --------------------------------------------------------------------------------------
+
+def speculative_round(target, draft, tokens, k, probs, generator):
+    """One round of Chen et al. Algorithm 2. Appends 1..k+1 tokens to `tokens`; returns how many drafts it kept."""
+    t = len(tokens)
+    # 1. the draft proposes k tokens one at a time: x_i ~ q_i = q(. | x_<t+i)
+    qs = []
+    for i in range(k):
+        qs.append(probs(draft.logits(tokens, t + i, 1)[0]))  # (V,)
+        tokens.append(sample(qs[i], generator))
+    # 2. the target scores all k+1 positions in ONE forward: p_0 .. p_k
+    p = probs(target.logits(tokens, t, k + 1))  # (K+1, V)
+    # 3. left to right: keep x_i with probability min(1, p_i(x_i) / q_i(x_i)) ...
+    for i in range(k):
+        x = tokens[t + i]
+        if not coin(accept_probability(p[i, x].item(), qs[i][x].item()), generator):
+            # ... and at the first rejection resample from norm(max(0, p_i - q_i)), then stop
+            tokens[t + i:] = [sample(residual(p[i], qs[i]), generator)]
+            target.rollback(t + i)  # forget the rejected drafts in both caches
+            draft.rollback(t + i)
+            return i
+    # 4. all k kept: the target's forward already gave p_k, so one bonus token comes for free
+    tokens.append(sample(p[k], generator))
+    return k
+
+
+@torch.no_grad()
+def speculative_generate(target, draft, idx, max_new_tokens, k=4, temperature=1.0, top_k=None, top_p=None,
+                         generator=None):
+    """idx (1, T) -> (idx (1, T + max_new_tokens), Stats), distributed exactly as autoregressive_generate(target)."""
+    tokens = check_inputs(target, draft, idx, max_new_tokens, k, temperature, top_k, top_p)
+    stats, tic = Stats(), time.perf_counter()
+    tgt, drf = CachedModel(target, idx.device), CachedModel(draft, idx.device)
+    end = len(tokens) + max_new_tokens
+    probs = lambda logits: sampling_probs(logits, temperature, top_k, top_p)
+    while len(tokens) < end:
+        t = len(tokens)
+        # subtle: a round emits up to K+1 tokens at positions t..t+K: it must stop at max_new_tokens and must not
+        # cross a change of the target's s(t), whose one forward scores them all. (The draft, one token per
+        # forward, re-fills its cache wherever its own window slides.)
+        K = min(k, end - 1 - t, window_end(t, tgt.W) - t)
+        kept = speculative_round(tgt, drf, tokens, K, probs, generator)
+        stats.rounds.append((t, K, kept))
+        stats.drafted += K
+        stats.accepted += kept
+    stats.new_tokens = max_new_tokens
+    stats.target_calls, stats.target_time = tgt.calls, tgt.seconds
+    stats.draft_calls, stats.draft_time = drf.calls, drf.seconds
+    stats.total_time = time.perf_counter() - tic
+    return torch.tensor([tokens], dtype=torch.long, device=idx.device), stats
+
+
+# ---- argument checks: clear errors instead of tracebacks from deep inside torch --------------------------------
+
+def check_inputs(target, draft, idx, max_new_tokens, k, temperature, top_k, top_p):
+    """Validate everything up front; switch models to eval (dropout would make p and q random). -> list of ids."""
+    if not torch.is_tensor(idx) or idx.dim() != 2 or idx.dtype != torch.long:
+        raise ValueError("idx must be a LongTensor of shape (1, T), e.g. torch.tensor([ids], dtype=torch.long)")
+    if idx.size(0) != 1:
+        raise ValueError(f"batch size {idx.size(0)} is not supported yet: generate one sequence at a time (B=1)")
+    if idx.size(1) == 0:
+        raise ValueError("the prompt is empty: give at least one token (e.g. a newline) to condition on")
+    if not isinstance(max_new_tokens, int) or max_new_tokens < 0:
+        raise ValueError(f"max_new_tokens must be an int >= 0, got {max_new_tokens!r}")
+    if not isinstance(k, int) or k < 1:
+        raise ValueError(f"k (draft tokens per round) must be an int >= 1, got {k!r}")
+    if temperature < 0:
+        raise ValueError(f"temperature must be >= 0 (0 means greedy), got {temperature}")
+    if top_k is not None and (not isinstance(top_k, int) or top_k < 1):
+        raise ValueError(f"top_k must be None or an int >= 1, got {top_k!r}")
+    if top_p is not None and not 0.0 < top_p <= 1.0:
+        raise ValueError(f"top_p must be None or in (0, 1], got {top_p}")
+    if draft is target:
+        raise ValueError("the draft is the target object itself, but each needs its own KV cache: "
+                         "pass a copy (copy.deepcopy(target)) to use a model as its own draft")
+    V = target.config.vocab_size
+    for name, model in (("target", target), ("draft", draft)):
+        if model is None:
+            continue
+        if model.config.vocab_size != V:
+            raise ValueError(f"target and draft vocab sizes differ ({V} vs {model.config.vocab_size}): "
+                             "the draft must use the target's tokenizer")
+        if model.config.block_size < 2:
+            raise ValueError(f"the {name}'s block_size must be at least 2 for the sliding window")
+        param = next(model.parameters(), None)
+        if param is not None and param.device != idx.device:
+            raise ValueError(f"idx is on {idx.device} but the {name} is on {param.device}: move idx with idx.to(...)")
+        model.eval()
+    tokens = idx[0].tolist()
+    if min(tokens) < 0 or max(tokens) >= V:
+        raise ValueError(f"token ids must lie in [0, {V}); got min {min(tokens)}, max {max(tokens)}")
+    return tokens

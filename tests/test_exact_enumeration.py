@@ -1,0 +1,112 @@
+"""Exactness by enumeration: run the project's own speculative_generate down EVERY branch of its randomness
+(each draft token, each accept/reject coin, each resampled or bonus token), add up the probability of every
+output sequence, and compare with the target's joint distribution computed directly. Equal within 1e-9.
+
+The random draws in speculative.py go through two functions, `sample(probs)` and `coin(prob)`. Here they are
+replaced by a scripted chooser that follows one branch per run and weighs it by the probability the real code
+passed in, so the enumeration exercises the real control flow, caches, window handling and acceptance math.
+"""
+
+import itertools
+from collections import defaultdict
+
+import pytest
+import torch
+
+import speculative
+from speculative import autoregressive_generate, context_start, sampling_probs, speculative_generate
+from tests.conftest import TableModel
+
+
+def enumerate_branches(run, monkeypatch):
+    """-> {output tuple: total probability} over every branch of run()'s calls to sample() and coin()."""
+    results = defaultdict(float)
+    stack = [[]]  # scripts: the option index to take at each decision, then option 0 beyond the script
+    while stack:
+        script, taken, n_options, weight = stack.pop(), [], [], [1.0]
+
+        def choose(options):  # options: [(value, probability > 0)]
+            i = script[len(taken)] if len(taken) < len(script) else 0
+            taken.append(i)
+            n_options.append(len(options))
+            weight[0] *= options[i][1]
+            return options[i][0]
+
+        monkeypatch.setattr(speculative, "sample",
+                            lambda probs, generator=None: choose([(x, p) for x, p in enumerate(probs.tolist()) if p > 0]))
+        monkeypatch.setattr(speculative, "coin",
+                            lambda prob, generator=None: choose([(b, w) for b, w in ((True, prob), (False, 1 - prob)) if w > 0]))
+        results[tuple(run())] += weight[0]
+        for d in range(len(script), len(taken)):  # every alternative at every new decision is a new branch
+            stack.extend(taken[:d] + [alt] for alt in range(1, n_options[d]))
+    return results
+
+
+def target_joint(model, prompt, n, **sampling):
+    """The exact distribution of the n tokens after `prompt` under plain sampling from the target."""
+    W, V, joint = model.config.block_size, model.config.vocab_size, {}
+    for cont in itertools.product(range(V), repeat=n):
+        seq, prob = list(prompt), 1.0
+        for x in cont:
+            t = len(seq)
+            p = sampling_probs(model.next_logits(seq[context_start(t, W):t]), **sampling)
+            prob *= p[x].item()
+            seq.append(x)
+        if prob > 0:
+            joint[cont] = prob
+    return joint
+
+
+def assert_same_distribution(got, want, tol=1e-9):
+    assert abs(sum(got.values()) - 1.0) < tol, f"probabilities sum to {sum(got.values())}"
+    for seq in set(got) | set(want):
+        assert abs(got.get(seq, 0.0) - want.get(seq, 0.0)) < tol, (
+            f"P{seq}: enumerated {got.get(seq, 0.0)}, target {want.get(seq, 0.0)}")
+
+
+CASES = [  # (k, n new tokens, sampling, target block_size, draft block_size)
+    *[(k, 3, dict(temperature=1.0), 8, 8) for k in range(1, 7)],  # K = 3..6 exceed the 2 drafts a round can use
+    (2, 4, dict(temperature=0.5), 8, 8),
+    (3, 3, dict(temperature=2.0), 8, 8),
+    (2, 3, dict(temperature=0.0), 8, 8),  # greedy: one-hot p and q
+    (3, 3, dict(temperature=1.0, top_k=2), 8, 8),  # zeros in p and q
+    (2, 3, dict(temperature=0.8, top_p=0.7), 8, 8),
+    (3, 4, dict(temperature=1.0), 4, 4),  # window W=4 crosses at positions 4 and 6
+    (2, 4, dict(temperature=1.0, top_p=0.8), 4, 6),  # different windows for target and draft
+    (4, 4, dict(temperature=1.0), 6, 4),
+]
+
+
+@pytest.mark.parametrize("k,n,sampling,w_target,w_draft", CASES)
+def test_speculative_output_distribution_equals_target_exactly(k, n, sampling, w_target, w_draft, monkeypatch):
+    target = TableModel(seed=0, block_size=w_target)
+    draft = TableModel(seed=1, block_size=w_draft)
+    prompt = [2, 0]
+    idx = torch.tensor([prompt])
+    run = lambda: speculative_generate(target, draft, idx, n, k=k, **sampling)[0][0, len(prompt):].tolist()
+    assert_same_distribution(enumerate_branches(run, monkeypatch), target_joint(target, prompt, n, **sampling))
+
+
+def test_plain_sampling_distribution_equals_target_exactly(monkeypatch):
+    target = TableModel(seed=0, block_size=4)
+    prompt, n = [1, 2, 0], 4  # positions 3..6: the window slides at 4 and 6
+    run = lambda: autoregressive_generate(target, torch.tensor([prompt]), n)[0][0, len(prompt):].tolist()
+    assert_same_distribution(enumerate_branches(run, monkeypatch), target_joint(target, prompt, n))
+
+
+def test_enumeration_detects_a_broken_residual(monkeypatch):
+    """The check above can fail: resampling from p instead of norm(max(0, p - q)) changes the distribution."""
+    target, draft = TableModel(seed=0), TableModel(seed=1)
+    monkeypatch.setattr(speculative, "residual", lambda p, q: p)
+    run = lambda: speculative_generate(target, draft, torch.tensor([[2, 0]]), 3, k=2)[0][0, 2:].tolist()
+    got, want = enumerate_branches(run, monkeypatch), target_joint(target, [2, 0], 3)
+    assert max(abs(got.get(s, 0) - want.get(s, 0)) for s in want) > 1e-3
+
+
+def test_context_start_follows_the_spec():
+    W = 8  # s(t) = 0 if t < W else (t // (W//2) - 1) * (W//2)
+    assert [context_start(t, W) for t in range(20)] == [0] * 8 + [4] * 4 + [8] * 4 + [12] * 4
+    for W in (2, 5, 8, 256):
+        for t in range(3 * W):
+            s = context_start(t, W)
+            assert 0 <= s <= t and t - s < W, "the context and the token itself must fit in block_size"

@@ -1,0 +1,75 @@
+"""model.py: the KV cache gives the same logits as a full forward, crops in O(1), and checkpoints round-trip."""
+
+import random
+
+import pytest
+import torch
+
+from model import GPT, GPTConfig, load_checkpoint, save_checkpoint
+from tests.conftest import random_gpt
+
+
+@pytest.mark.parametrize("seed", range(5))
+@torch.no_grad()
+def test_cached_logits_equal_uncached_after_random_appends_and_crops(seed):
+    rng = random.Random(seed)
+    model = random_gpt(seed, vocab_size=11, block_size=24, n_layer=3, n_head=2, n_embd=16, sharpness=1.0)
+    model.reset_cache()
+    seq = []  # the tokens the cache should hold
+    for _ in range(30):
+        if seq and rng.random() < 0.4:  # roll back a random number of tokens
+            n = rng.randrange(len(seq) + 1)
+            model.crop(n)
+            del seq[n:]
+        T = rng.randint(1, min(6, 24 - len(seq))) if len(seq) < 24 else 0
+        if T == 0:
+            continue
+        new = [rng.randrange(11) for _ in range(T)]
+        cached, _ = model(torch.tensor([new]), use_cache=True)  # (1, T, V)
+        seq += new
+        full, _ = model(torch.tensor([seq]))  # (1, len, V): the naive path
+        assert model.cache_len == len(seq)
+        assert (cached - full[:, -T:]).abs().max().item() <= 1e-5
+
+
+def test_crop_moves_a_counter_and_copies_nothing():
+    model = random_gpt(0)
+    model(torch.tensor([[1, 2, 3, 4]]), use_cache=True)
+    cache = model.transformer.h[0].attn.cache
+    ptr = cache.k.data_ptr()
+    model.crop(1)
+    assert model.cache_len == 1 and cache.k.data_ptr() == ptr
+
+
+def test_cache_overflow_and_bad_crop_say_what_to_do():
+    model = random_gpt(0, block_size=4)
+    model(torch.tensor([[1, 2, 3]]), use_cache=True)
+    with pytest.raises(AssertionError, match="block_size"):
+        model(torch.tensor([[1, 2]]), use_cache=True)
+    with pytest.raises(AssertionError, match="cache_len"):
+        model.crop(9)
+
+
+def test_logits_for_every_position():
+    model = random_gpt(0, vocab_size=7)
+    logits, loss = model(torch.tensor([[1, 2, 3]]), torch.tensor([[2, 3, 4]]))
+    assert logits.shape == (1, 3, 7) and loss.item() > 0
+
+
+def test_checkpoint_round_trip_is_plain_data(tmp_path):
+    model = random_gpt(3, sharpness=1.0)
+    path = tmp_path / "m.pt"
+    save_checkpoint(path, model, {"tokenizer": {"kind": "char", "chars": "abcde"}}, dtype=torch.float16)
+    raw = torch.load(path, weights_only=True)  # plain data: no pickled classes
+    assert set(raw) == {"model_args", "state_dict", "meta"} and "lm_head.weight" not in raw["state_dict"]
+    loaded, meta = load_checkpoint(str(path))
+    assert meta["tokenizer"]["chars"] == "abcde" and not loaded.training
+    assert loaded.lm_head.weight.dtype == torch.float32
+    assert loaded.lm_head.weight.data_ptr() == loaded.transformer.wte.weight.data_ptr(), "tying lost on load"
+    x = torch.tensor([[0, 1, 2, 3]])
+    assert (loaded(x)[0] - model(x)[0]).abs().max().item() < 1e-2  # float16 on disk
+
+
+def test_missing_checkpoint_says_how_to_get_one(tmp_path):
+    with pytest.raises(FileNotFoundError, match="train_draft.py"):
+        load_checkpoint(str(tmp_path / "nope.pt"))
