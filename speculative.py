@@ -45,9 +45,6 @@ class Stats:
     def tokens_per_target_call(self):
         return self.new_tokens / self.target_calls if self.target_calls else float("nan")
 
-    @property
-    def tokens_per_second(self):
-        return self.new_tokens / self.total_time if self.total_time else float("nan")
 
 
 # ---- turning logits into the distribution we sample from ---------------------------------------------------
@@ -76,13 +73,12 @@ def sampling_probs(logits, temperature=1.0, top_k=None, top_p=None):  # (..., V)
     return probs
 
 
-def sample(probs, generator=None):  # (V,) -> int
+def sample(probs, generator=None):  # (V,) -> int. All randomness goes through sample() and coin().
     return torch.multinomial(probs, 1, generator=generator).item()
 
 
 def coin(prob, generator=None):  # -> True with probability prob
-    device = generator.device if generator is not None else "cpu"
-    return torch.rand((), generator=generator, device=device).item() < prob
+    return torch.rand((), generator=generator, device=generator.device if generator else "cpu").item() < prob
 
 
 def accept_probability(p_x, q_x):
@@ -137,7 +133,7 @@ class CachedModel:
         logits, _ = self.model(new, use_cache=True)  # (1, T, V)
         logits = logits[0, -n:]  # (n, V)
         if self.device.type == "cuda":
-            torch.cuda.synchronize()
+            torch.cuda.synchronize()  # honest timings: wait for the GPU
         self.seconds += time.perf_counter() - tic
         self.calls += 1
         return logits
@@ -208,10 +204,8 @@ def speculative_generate(target, draft, idx, max_new_tokens, k=4, temperature=1.
         stats.rounds.append((t, K, kept))
         stats.drafted += K
         stats.accepted += kept
-    stats.new_tokens = max_new_tokens
-    stats.target_calls, stats.target_time = tgt.calls, tgt.seconds
-    stats.draft_calls, stats.draft_time = drf.calls, drf.seconds
-    stats.total_time = time.perf_counter() - tic
+    stats.new_tokens, stats.target_calls, stats.target_time = max_new_tokens, tgt.calls, tgt.seconds
+    stats.draft_calls, stats.draft_time, stats.total_time = drf.calls, drf.seconds, time.perf_counter() - tic
     return torch.tensor([tokens], dtype=torch.long, device=idx.device), stats
 
 
@@ -239,9 +233,7 @@ def check_inputs(target, draft, idx, max_new_tokens, k, temperature, top_k, top_
         raise ValueError("the draft is the target object itself, but each needs its own KV cache: "
                          "pass a copy (copy.deepcopy(target)) to use a model as its own draft")
     V = target.config.vocab_size
-    for name, model in (("target", target), ("draft", draft)):
-        if model is None:
-            continue
+    for name, model in [("target", target)] + ([("draft", draft)] if draft is not None else []):
         if model.config.vocab_size != V:
             raise ValueError(f"target and draft vocab sizes differ ({V} vs {model.config.vocab_size}): "
                              "the draft must use the target's tokenizer")
