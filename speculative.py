@@ -6,15 +6,12 @@ Sources: Chen et al. 2023, "Accelerating Large Language Model Decoding with Spec
 Decoding" (arXiv:2211.17192), Algorithm 1 and Theorem 3.8. Notation is Leviathan's: p is the TARGET's
 distribution, q the DRAFT's (Chen swaps the letters: his q is the target and his p the draft).
 
-One round: the draft proposes K tokens x_1..x_K one at a time, each drawn from its q; the target scores
-all K+1 positions in ONE forward, giving p_1..p_{K+1}. Then, left to right, keep x_i with probability
-min(1, p_i(x_i) / q_i(x_i)); at the first rejection draw a replacement from norm(max(0, p_i - q_i)) and stop;
-if all K are kept, draw a bonus token from p_{K+1}. A round emits 1..K+1 tokens, and every emitted token is
-distributed exactly as if it had been sampled from the target alone (Leviathan et al., Appendix A.1; the
-tests prove it by enumerating every branch of this code).
+One round (speculative_round): the draft proposes K tokens, the target scores all K+1 positions in ONE
+forward, and a modified rejection step keeps or replaces them. A round emits 1..K+1 tokens, distributed
+exactly as sampling from the target alone (Leviathan et al., Appendix A.1; the tests enumerate every branch).
 
-Both samplers condition the token at position t on the window x[s(t):t] (W = block_size; see context_start),
-and both use KV caches (model.py). What it leaves out: batches (B > 1), tree-shaped drafts, adaptive K.
+Both samplers condition position t on the window x[s(t):t] (see context_start) and use KV caches (model.py).
+What it leaves out: batches (B > 1), tree-shaped drafts, adaptive K.
 """
 
 import time
@@ -102,9 +99,7 @@ def context_start(t, W):
 
     W=8: t=0..7 -> 0; t=8..11 -> 4; t=12..15 -> 8. Every context holds W//2 .. W-1 tokens once t >= W.
     """
-    if t < W:
-        return 0
-    return (t // (W // 2) - 1) * (W // 2)
+    return 0 if t < W else (t // (W // 2) - 1) * (W // 2)
 
 
 def window_end(t, W):
@@ -116,8 +111,7 @@ class CachedModel:
     """A model, its KV cache, and where the cached window starts: the cache holds x[start:start+cache_len]."""
 
     def __init__(self, model, device):
-        self.model, self.device = model, device
-        self.W = model.config.block_size
+        self.model, self.device, self.W = model, device, model.config.block_size
         self.start, self.calls, self.seconds = 0, 0, 0.0
         model.reset_cache()
 
@@ -146,14 +140,18 @@ class CachedModel:
 # ---- plain sampling: the baseline and the reference ----------------------------------------------------------
 
 @torch.no_grad()
-def autoregressive_generate(model, idx, max_new_tokens, temperature=1.0, top_k=None, top_p=None, generator=None):
-    """idx (1, T) -> (idx (1, T + max_new_tokens), Stats). One target forward per token, KV-cached."""
+def autoregressive_generate(model, idx, max_new_tokens, temperature=1.0, top_k=None, top_p=None, generator=None,
+                            stream=None):
+    """idx (1, T) -> (idx (1, T + max_new_tokens), Stats). One target forward per token, KV-cached.
+    stream, if given, is called with the list of new token ids as they are produced."""
     tokens = check_inputs(model, None, idx, max_new_tokens, 1, temperature, top_k, top_p)
     stats, tic = Stats(), time.perf_counter()
     target = CachedModel(model, idx.device)
     for t in range(len(tokens), len(tokens) + max_new_tokens):
         p = sampling_probs(target.logits(tokens, t, 1)[0], temperature, top_k, top_p)  # (V,)
         tokens.append(sample(p, generator))
+        if stream:
+            stream(tokens[-1:])
     stats.new_tokens, stats.target_calls, stats.target_time = max_new_tokens, target.calls, target.seconds
     stats.total_time = time.perf_counter() - tic
     return torch.tensor([tokens], dtype=torch.long, device=idx.device), stats
@@ -187,7 +185,7 @@ def speculative_round(target, draft, tokens, k, probs, generator):
 
 @torch.no_grad()
 def speculative_generate(target, draft, idx, max_new_tokens, k=4, temperature=1.0, top_k=None, top_p=None,
-                         generator=None):
+                         generator=None, stream=None):
     """idx (1, T) -> (idx (1, T + max_new_tokens), Stats), distributed exactly as autoregressive_generate(target)."""
     tokens = check_inputs(target, draft, idx, max_new_tokens, k, temperature, top_k, top_p)
     stats, tic = Stats(), time.perf_counter()
@@ -202,6 +200,8 @@ def speculative_generate(target, draft, idx, max_new_tokens, k=4, temperature=1.
         K = min(k, end - 1 - t, window_end(t, tgt.W) - t)
         kept = speculative_round(tgt, drf, tokens, K, probs, generator)
         stats.rounds.append((t, K, kept))
+        if stream:
+            stream(tokens[t:])
         stats.drafted += K
         stats.accepted += kept
     stats.new_tokens, stats.target_calls, stats.target_time = max_new_tokens, tgt.calls, tgt.seconds

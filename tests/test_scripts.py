@@ -1,0 +1,89 @@
+"""train_draft.py and sample.py end to end, on a tiny corpus file and tiny models (seconds on a CPU)."""
+
+
+import pytest
+import torch
+
+import sample
+import train_draft
+from model import load_checkpoint
+
+TINY = ["--n_layer", "1", "--n_head", "1", "--n_embd", "16", "--block_size", "16", "--batch_size", "4",
+        "--eval_iters", "2", "--eval_interval", "5"]
+
+
+@pytest.fixture(scope="module")
+def pair(tmp_path_factory):
+    """A trained (for 10 steps) target/draft pair on a small text file, and that file."""
+    tmp = tmp_path_factory.mktemp("pair")
+    corpus = tmp / "corpus.txt"
+    corpus.write_text("ROMEO:\nBut soft, what light through yonder window breaks?\n\n" * 40)
+    train_draft.main(["--corpus", str(corpus), "--out_dir", str(tmp), "--max_iters", "10",
+                      "--data_dir", str(tmp / "data"), *TINY])
+    return tmp, corpus
+
+
+def test_training_writes_loadable_checkpoints_with_tokenizer_and_resume_state(pair):
+    tmp, _ = pair
+    for role in ("target", "draft"):
+        model, meta = load_checkpoint(str(tmp / f"{role}.pt"))
+        assert meta["role"] == role and meta["iter"] == 10 and meta["tokenizer"]["kind"] == "char"
+        assert (tmp / f"{role}.pt.resume").exists()
+
+
+def test_resume_after_a_kill_gives_the_same_model_as_an_uninterrupted_run(pair, tmp_path, monkeypatch):
+    tmp, corpus = pair
+    args = ["--corpus", str(corpus), "--role", "target", "--max_iters", "10", "--data_dir", str(tmp / "data"), *TINY]
+    train_draft.main(args + ["--out_dir", str(tmp_path / "straight")])
+    lr_at = train_draft.lr_at
+
+    def killed_at_step_7(it, h):  # dies after the checkpoint at step 5, in the middle of the next interval
+        if it == 7:
+            raise KeyboardInterrupt
+        return lr_at(it, h)
+
+    monkeypatch.setattr(train_draft, "lr_at", killed_at_step_7)
+    with pytest.raises(KeyboardInterrupt):
+        train_draft.main(args + ["--out_dir", str(tmp_path / "killed")])
+    assert load_checkpoint(str(tmp_path / "killed" / "target.pt"))[1]["iter"] == 5  # the last good one loads
+    monkeypatch.setattr(train_draft, "lr_at", lr_at)
+    train_draft.main(args + ["--out_dir", str(tmp_path / "killed"), "--resume"])
+    a = load_checkpoint(str(tmp_path / "straight" / "target.pt"))[0].state_dict()
+    b = load_checkpoint(str(tmp_path / "killed" / "target.pt"))[0].state_dict()
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    with pytest.raises(SystemExit, match="same flags"):  # a different schedule is refused, not mixed in
+        train_draft.main(args + ["--out_dir", str(tmp_path / "killed"), "--resume", "--lr", "0.5"])
+
+
+def test_a_pair_with_different_tokenizers_is_refused(pair, tmp_path):
+    tmp, _ = pair
+    other = tmp_path / "other.txt"
+    other.write_text("completely different characters: XYZ 123\n" * 40)
+    out = tmp_path / "o"
+    out.mkdir()
+    (out / "target.pt").write_bytes((tmp / "target.pt").read_bytes())
+    with pytest.raises(SystemExit, match="another tokenizer"):
+        train_draft.main(["--corpus", str(other), "--out_dir", str(out), "--role", "draft", "--max_iters", "5",
+                          "--data_dir", str(tmp_path / "data"), *TINY])
+
+
+def test_sample_streams_text_and_prints_statistics(pair, capsys):
+    tmp, _ = pair
+    sample.main(["--target", str(tmp / "target.pt"), "--draft", str(tmp / "draft.pt"), "--start", "ROMEO:",
+                 "--num_samples", "2", "--max_new_tokens", "20"])
+    out = capsys.readouterr().out
+    assert out.count("ROMEO:") >= 2 and "acceptance rate" in out and "tokens per target call" in out
+    sample.main(["--target", str(tmp / "target.pt"), "--draft", "none", "--max_new_tokens", "5", "--num_samples", "1"])
+    assert "plain sampling: 5 tokens" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["--start", "ROMEO~"], "not in the model's vocabulary"),
+    (["--draft", "missing.pt"], "no checkpoint"),
+    (["--start", "FILE:missing.txt"], "no such file"),
+])
+def test_sample_errors_are_clear(pair, argv, message):
+    tmp, _ = pair
+    base = ["--target", str(tmp / "target.pt"), "--draft", str(tmp / "draft.pt")]
+    with pytest.raises(SystemExit, match=message):
+        sample.main(base + argv)
