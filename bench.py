@@ -1,0 +1,150 @@
+"""
+Benchmark: plain vs speculative sampling on the same prompts, interleaved in one process, against the
+speedup that Leviathan et al. 2023, Theorem 3.8, predicts from the measured acceptance and costs.
+
+    python bench.py                                   # the shipped pair, K = 1..8, three sampling settings
+    python bench.py --k 4 --settings t1.0 --draft runs/draft-1x64/draft.pt
+
+For each setting and K it reports tokens/s of both samplers (median over --repeats), the speedup, alpha (the
+per-token acceptance probability, estimated from the rounds: kept / (kept + rejections)), tokens per target
+call, the measured cost ratio c = draft step / target step, the measured v = one target forward over K+1
+tokens / one target step, and two predictions:
+  ideal (Thm 3.8):  (1 - a^(K+1)) / ((1 - a)(K c + 1))     -- assumes scoring K+1 tokens costs one step
+  with v:           (1 - a^(K+1)) / ((1 - a)(K c + v))     -- the hardware's real cost of that forward
+Measured / prediction shows where the time goes: below the second, it is our own per-step overhead.
+
+What it leaves out: batched decoding, and timing anything but the sampling loops (checkpoints load first).
+"""
+
+import argparse
+import json
+import os
+import statistics
+import time
+
+import torch
+
+import data
+from model import load_checkpoint
+from speculative import autoregressive_generate, speculative_generate
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SETTINGS = {"t0": dict(temperature=0.0), "t0.8p0.95": dict(temperature=0.8, top_p=0.95), "t1.0": dict(temperature=1.0)}
+
+
+def get_args(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--target", default=os.path.join(HERE, "checkpoints", "target.pt"))
+    ap.add_argument("--draft", default=os.path.join(HERE, "checkpoints", "draft.pt"))
+    ap.add_argument("--k", default="1,2,3,4,5,6,7,8", help="comma-separated draft lengths")
+    ap.add_argument("--settings", default=",".join(SETTINGS), help=f"comma-separated, from {list(SETTINGS)}")
+    ap.add_argument("--prompts", type=int, default=4, help="prompts, cut from the held-out text")
+    ap.add_argument("--corpus", default="shakespeare", help="the corpus the pair was trained on (data.py)")
+    ap.add_argument("--data_dir", default=data.DATA_DIR)
+    ap.add_argument("--prompt_len", type=int, default=64)
+    ap.add_argument("--max_new_tokens", type=int, default=128)
+    ap.add_argument("--repeats", type=int, default=3, help="median over this many repeats")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--json", default=None, help="also write the rows to this file")
+    args = ap.parse_args(argv)
+    try:
+        args.k = [int(k) for k in args.k.split(",")]
+    except ValueError:
+        ap.error("--k takes comma-separated integers, e.g. 1,2,4")
+    args.settings = args.settings.split(",")
+    if any(s not in SETTINGS for s in args.settings):
+        ap.error(f"--settings: choose from {list(SETTINGS)}")
+    if min(args.k) < 1 or args.prompts < 1 or args.repeats < 1 or args.max_new_tokens < 1:
+        ap.error("--k, --prompts, --repeats and --max_new_tokens must be >= 1")
+    return args
+
+
+def held_out_prompts(tok, n, length, corpus, data_dir):
+    """n prompts of `length` tokens, evenly spaced through the validation text."""
+    _, val_ids, vtok, _ = data.prepare(corpus, tok.kind, tok.meta.get("encoding"), data_dir)
+    if vtok.meta != tok.meta:
+        raise SystemExit(f"the checkpoint's tokenizer does not match --corpus {corpus}: pass the corpus it was trained on")
+    if len(val_ids) < length + 1:
+        raise SystemExit(f"the validation text is shorter than --prompt_len {length}")
+    starts = [int(i * (len(val_ids) - length) / n) for i in range(n)]
+    return [torch.from_numpy(val_ids[s:s + length].astype("int64"))[None] for s in starts]  # (1, T) each
+
+
+def alpha_from_rounds(rounds):
+    """Per-token acceptance: each round shows `kept` acceptances and one rejection unless all were kept."""
+    kept = sum(a for _, _, a in rounds)
+    rejections = sum(1 for _, k, a in rounds if a < k)
+    return kept / (kept + rejections) if kept + rejections else float("nan")
+
+
+def predicted(alpha, K, c, v=1.0):
+    expected_tokens = (K + 1) if alpha >= 1 else (1 - alpha ** (K + 1)) / (1 - alpha)
+    return expected_tokens / (K * c + v)
+
+
+def main(argv=None):
+    args = get_args(argv)
+    torch.manual_seed(args.seed)
+    target, tmeta = load_checkpoint(args.target, args.device)
+    draft, dmeta = load_checkpoint(args.draft, args.device)
+    if dmeta["tokenizer"] != tmeta["tokenizer"]:
+        raise SystemExit("the draft and the target use different tokenizers")
+    prompts = held_out_prompts(data.Tokenizer(tmeta["tokenizer"]), args.prompts, args.prompt_len, args.corpus,
+                               args.data_dir)
+    prompts = [p.to(args.device) for p in prompts]
+    gen = torch.Generator(device=args.device)
+    run = lambda fn, *a, seed, **kw: fn(*a, generator=gen.manual_seed(seed), **kw)[1]
+    # warm-up: allocate caches, fill the allocator, load kernels
+    run(autoregressive_generate, target, prompts[0], 16, seed=0)
+    run(speculative_generate, target, draft, prompts[0], 16, k=4, seed=0)
+
+    rows = []
+    for name in args.settings:
+        sampling = SETTINGS[name]
+        plain_tps, spec_tps = [], {K: [] for K in args.k}
+        plain_step, draft_step, target_fwd, rounds = [], [], {K: [] for K in args.k}, {K: [] for K in args.k}
+        for rep in range(args.repeats):  # interleaved: plain, then every K, on the same prompts and seeds
+            tokens = seconds = 0.0
+            for i, prompt in enumerate(prompts):
+                s = run(autoregressive_generate, target, prompt, args.max_new_tokens, seed=1000 * rep + i, **sampling)
+                tokens, seconds = tokens + s.new_tokens, seconds + s.total_time
+                plain_step.append(s.target_time / s.target_calls)
+            plain_tps.append(tokens / seconds)
+            for K in args.k:
+                tokens = seconds = 0.0
+                for i, prompt in enumerate(prompts):
+                    s = run(speculative_generate, target, draft, prompt, args.max_new_tokens, k=K,
+                            seed=1000 * rep + i, **sampling)
+                    tokens, seconds = tokens + s.new_tokens, seconds + s.total_time
+                    draft_step.append(s.draft_time / max(s.draft_calls, 1))
+                    target_fwd[K].append(s.target_time / s.target_calls)
+                    rounds[K] += s.rounds
+                spec_tps[K].append(tokens / seconds)
+        step = statistics.median(plain_step)
+        c = statistics.median(draft_step) / step
+        for K in args.k:
+            alpha = alpha_from_rounds(rounds[K])
+            v = statistics.median(target_fwd[K]) / step
+            plain, spec = statistics.median(plain_tps), statistics.median(spec_tps[K])
+            emitted = sum(a + 1 for _, _, a in rounds[K])
+            rows.append(dict(setting=name, K=K, plain_tps=plain, spec_tps=spec, speedup=spec / plain, alpha=alpha,
+                             tokens_per_call=emitted / len(rounds[K]), c=c, v=v,
+                             ideal=predicted(alpha, K, c), with_v=predicted(alpha, K, c, v)))
+
+    print(f"target {args.target} ({target.num_params() / 1e6:.2f}M), draft {args.draft} ({draft.num_params() / 1e6:.2f}M); "
+          f"{args.prompts} held-out prompts x {args.max_new_tokens} new tokens, median of {args.repeats}; "
+          f"device {args.device}, torch {torch.__version__}, {torch.get_num_threads()} threads")
+    print("| setting | K | plain tok/s | spec tok/s | speedup | alpha | tok/call | c | v | ideal (Thm 3.8) | with v | measured/ideal | measured/with v |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    for r in rows:
+        print(f"| {r['setting']} | {r['K']} | {r['plain_tps']:.0f} | {r['spec_tps']:.0f} | {r['speedup']:.2f}x | "
+              f"{r['alpha']:.3f} | {r['tokens_per_call']:.2f} | {r['c']:.3f} | {r['v']:.2f} | {r['ideal']:.2f}x | "
+              f"{r['with_v']:.2f}x | {r['speedup'] / r['ideal']:.0%} | {r['speedup'] / r['with_v']:.0%} |")
+    if args.json:
+        with open(args.json, "w") as fh:
+            json.dump(dict(target=args.target, draft=args.draft, device=args.device, rows=rows), fh, indent=1)
+
+
+if __name__ == "__main__":
+    main()
