@@ -197,7 +197,7 @@ def train_one(role, args, splits, tok, corpus_desc):
         optimizer.step()
         now = time.time()
         elapsed += now - t_last
-        bar.set_postfix(loss=f"{loss.item():.3f}", tok_s=f"{tok_per_iter / max(now - t_last, 1e-9):.0f}")
+        bar.set_postfix(loss=f"{loss.item():.3f}", tok_s=f"{tok_per_iter / max(now - t_last, 1e-9):.0f}", refresh=False)
         t_last = now
         if (it + 1) % h["eval_interval"] == 0 or it + 1 == h["max_iters"]:
             losses = evaluate()
