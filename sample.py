@@ -5,6 +5,7 @@ Sample text with speculative sampling from a target/draft pair (default: the shi
     python sample.py --start "ROMEO:" --k 6 --temperature 1.0
     python sample.py --draft none                      # plain sampling from the target, for comparison
     python sample.py --start FILE:prompt.txt --top_p 0.95
+    python sample.py --init_from gpt2-xl --draft gpt2 --device cuda --start "Hello"   # pretrained GPT-2 pair
 
 The tokenizer comes from the checkpoint (never guessed); the draft must have been trained with the same one.
 """
@@ -17,6 +18,7 @@ import torch
 
 from data import Tokenizer
 from model import load_checkpoint
+from hf import GPT2_NAMES  # pretrained GPT-2 through transformers (optional; imported only when used)
 from speculative import autoregressive_generate, speculative_generate
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -25,7 +27,11 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 def get_args(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--target", default=os.path.join(HERE, "checkpoints", "target.pt"), help="target checkpoint")
-    ap.add_argument("--draft", default=os.path.join(HERE, "checkpoints", "draft.pt"), help="draft checkpoint, or 'none'")
+    ap.add_argument("--draft", default=None,
+                    help="draft checkpoint, a GPT-2 name (gpt2, ...), or 'none' for plain sampling "
+                         "(default: checkpoints/draft.pt, or gpt2 with --init_from)")
+    ap.add_argument("--init_from", default=None, choices=GPT2_NAMES,
+                    help="target = pretrained GPT-2 via transformers (cached or downloadable) instead of --target")
     ap.add_argument("--start", default="\n", help="the prompt: text, or FILE:path to read it from a file")
     ap.add_argument("--num_samples", type=int, default=3)
     ap.add_argument("--max_new_tokens", type=int, default=300)
@@ -46,6 +52,8 @@ def get_args(argv=None):
         ap.error("--top_p must be in (0, 1]")
     if args.k < 1:
         ap.error("--k must be >= 1")
+    if args.draft is None:
+        args.draft = "gpt2" if args.init_from else os.path.join(HERE, "checkpoints", "draft.pt")
     return args
 
 
@@ -60,6 +68,9 @@ def read_prompt(start):
 
 
 def load(path, device, role):
+    if path in GPT2_NAMES:
+        from hf import load_gpt2
+        return load_gpt2(path, device)  # our GPT with GPT-2's weights, tokenizer = tiktoken gpt2
     try:
         model, meta = load_checkpoint(path, device)
     except FileNotFoundError as e:
@@ -74,7 +85,7 @@ def main(argv=None):
     args = get_args(argv)
     if args.device.startswith("cuda") and not torch.cuda.is_available():
         raise SystemExit("--device cuda, but torch sees no CUDA GPU here; use --device cpu")
-    target, tmeta = load(args.target, args.device, "target")
+    target, tmeta = load(args.init_from or args.target, args.device, "target")
     tok = Tokenizer(tmeta["tokenizer"])
     draft = None
     if args.draft != "none":
