@@ -47,6 +47,8 @@ def get_args(argv=None):
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--json", default=None, help="also write the rows to this file")
+    ap.add_argument("--hf", action="store_true",
+                    help="also time transformers' assisted generation (generate(assistant_model=...)) on the exported pair")
     args = ap.parse_args(argv)
     try:
         args.k = [int(k) for k in args.k.split(",")]
@@ -141,9 +143,53 @@ def main(argv=None):
         print(f"| {r['setting']} | {r['K']} | {r['plain_tps']:.0f} | {r['spec_tps']:.0f} | {r['speedup']:.2f}x | "
               f"{r['alpha']:.3f} | {r['tokens_per_call']:.2f} | {r['c']:.3f} | {r['v']:.2f} | {r['ideal']:.2f}x | "
               f"{r['with_v']:.2f}x | {r['speedup'] / r['ideal']:.0%} | {r['speedup'] / r['with_v']:.0%} |")
+    hf_rows = compare_with_hf(args, target, draft, prompts) if args.hf else []
     if args.json:
         with open(args.json, "w") as fh:
-            json.dump(dict(target=args.target, draft=args.draft, device=args.device, rows=rows), fh, indent=1)
+            json.dump(dict(target=args.target, draft=args.draft, device=args.device, rows=rows, hf=hf_rows), fh, indent=1)
+
+
+def compare_with_hf(args, target, draft, prompts):
+    """transformers' assisted generation on the same pair (exported by hf.py), same K (constant schedule),
+    same sampling, interleaved with ours on the same prompts. Greedy runs check that both give the same text."""
+    from hf import to_hf
+    hf_target, hf_draft = to_hf(target).to(args.device), to_hf(draft).to(args.device)
+    gc = hf_draft.generation_config
+    gc.num_assistant_tokens_schedule, gc.assistant_confidence_threshold = "constant", 0.0  # exactly K drafts
+    rows = []
+    for name in args.settings:
+        sampling = SETTINGS[name]
+        hf_kw = dict(do_sample=False) if sampling["temperature"] == 0 else dict(
+            do_sample=True, temperature=sampling["temperature"], top_p=sampling.get("top_p", 1.0), top_k=0)
+        for K in args.k:
+            gc.num_assistant_tokens = K
+            ours_tps, hf_tps, same = [], [], True
+            for rep in range(args.repeats):
+                t_ours = t_hf = 0.0
+                for i, prompt in enumerate(prompts):
+                    gen = torch.Generator(device=args.device).manual_seed(1000 * rep + i)
+                    out, s = speculative_generate(target, draft, prompt, args.max_new_tokens, k=K, generator=gen, **sampling)
+                    t_ours += s.total_time
+                    torch.manual_seed(1000 * rep + i)
+                    tic = time.perf_counter()
+                    hf_out = hf_target.generate(prompt, attention_mask=torch.ones_like(prompt), assistant_model=hf_draft,
+                                                max_new_tokens=args.max_new_tokens, min_new_tokens=args.max_new_tokens,
+                                                pad_token_id=0, eos_token_id=None, **hf_kw)
+                    t_hf += time.perf_counter() - tic
+                    same = same and (sampling["temperature"] != 0 or torch.equal(out, hf_out))
+                n = args.max_new_tokens * len(prompts)
+                ours_tps.append(n / t_ours)
+                hf_tps.append(n / t_hf)
+            rows.append(dict(setting=name, K=K, ours_tps=statistics.median(ours_tps), hf_tps=statistics.median(hf_tps),
+                             greedy_outputs_equal=same if sampling["temperature"] == 0 else None))
+    import transformers
+    print(f"\nHF transformers {transformers.__version__} assisted generation vs ours, same pair, same K (constant):")
+    print("| setting | K | ours tok/s | HF tok/s | ours / HF | greedy outputs equal |")
+    print("|---|---|---|---|---|---|")
+    for r in rows:
+        eq = "" if r["greedy_outputs_equal"] is None else ("yes" if r["greedy_outputs_equal"] else "NO")
+        print(f"| {r['setting']} | {r['K']} | {r['ours_tps']:.0f} | {r['hf_tps']:.0f} | {r['ours_tps'] / r['hf_tps']:.2f}x | {eq} |")
+    return rows
 
 
 if __name__ == "__main__":

@@ -45,3 +45,20 @@ def test_import_from_hf_gives_the_same_logits_and_round_trips(seed):
 def test_unknown_pretrained_name_is_refused():
     with pytest.raises(SystemExit, match="choose one of"):
         load_gpt2("gpt3")
+
+
+def test_bench_hf_comparison_runs_and_greedy_outputs_agree(tmp_path, capsys):
+    """bench.py --hf on a tiny exported pair: HF's assisted generation and ours give the same greedy text."""
+    import bench
+    import train_draft
+    corpus = tmp_path / "c.txt"
+    corpus.write_text("To be, or not to be, that is the question.\n" * 30)
+    tiny = ["--n_layer", "1", "--n_head", "1", "--n_embd", "16", "--block_size", "32", "--batch_size", "4",
+            "--eval_iters", "1", "--eval_interval", "5", "--max_iters", "5"]
+    common = ["--corpus", str(corpus), "--data_dir", str(tmp_path / "data")]
+    train_draft.main(common + ["--out_dir", str(tmp_path)] + tiny)
+    bench.main(common + ["--target", str(tmp_path / "target.pt"), "--draft", str(tmp_path / "draft.pt"), "--k", "2",
+                         "--settings", "t0,t1.0", "--prompts", "1", "--prompt_len", "8", "--max_new_tokens", "8",
+                         "--repeats", "1", "--hf"])
+    rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| t0 | 2 |")]
+    assert len(rows) == 2 and rows[1].rstrip().endswith("| yes |"), rows
