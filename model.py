@@ -85,9 +85,9 @@ class CausalSelfAttention(nn.Module):
         else:
             P = self.cache.length  # tokens already cached: the new queries sit at positions P..P+T-1
             k, v = self.cache.append(k, v)  # (B, nh, P+T, hs)
-            # query i (absolute position P+i) may attend to keys 0..P+i
-            mask = torch.ones(T, P + T, dtype=torch.bool, device=x.device).tril(diagonal=P)  # (T, P+T)
-            y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout)
+            # query i (absolute position P+i) may attend to keys 0..P+i; one query may attend to all of them
+            mask = torch.ones(T, P + T, dtype=torch.bool, device=x.device).tril(diagonal=P) if T > 1 else None
+            y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout)  # mask (T, P+T)
         y = y.transpose(1, 2).contiguous().view(B, T, C)  # (B, T, C): re-assemble the heads
         return self.resid_dropout(self.c_proj(y))
 
