@@ -46,6 +46,7 @@ def get_args(argv=None):
     ap.add_argument("--repeats", type=int, default=3, help="median over this many repeats")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--device", default="cpu")
+    ap.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (default: torch's choice)")
     ap.add_argument("--json", default=None, help="also write the rows to this file")
     ap.add_argument("--hf", action="store_true",
                     help="also time transformers' assisted generation (generate(assistant_model=...)) on the exported pair")
@@ -88,6 +89,8 @@ def predicted(alpha, K, c, v=1.0):
 def main(argv=None):
     args = get_args(argv)
     torch.manual_seed(args.seed)
+    if args.threads:
+        torch.set_num_threads(args.threads)
     target, tmeta = load_checkpoint(args.target, args.device)
     draft, dmeta = load_checkpoint(args.draft, args.device)
     if dmeta["tokenizer"] != tmeta["tokenizer"]:
