@@ -19,6 +19,7 @@ What it leaves out: batched decoding, and timing anything but the sampling loops
 import argparse
 import json
 import os
+import platform
 import statistics
 import time
 
@@ -72,6 +73,12 @@ def held_out_prompts(tok, n, length, corpus, data_dir):
         raise SystemExit(f"the validation text is shorter than --prompt_len {length}")
     starts = [int(i * (len(val_ids) - length) / n) for i in range(n)]
     return [torch.from_numpy(val_ids[s:s + length].astype("int64"))[None] for s in starts]  # (1, T) each
+
+
+def machine():
+    cpu = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name")),
+               platform.processor()) if os.path.exists("/proc/cpuinfo") else platform.processor()
+    return f"{cpu}, {os.cpu_count()} cores, {platform.system()}; torch {torch.__version__}, {torch.get_num_threads()} threads"
 
 
 def alpha_from_rounds(rounds):
@@ -139,7 +146,7 @@ def main(argv=None):
 
     print(f"target {args.target} ({target.num_params() / 1e6:.2f}M), draft {args.draft} ({draft.num_params() / 1e6:.2f}M); "
           f"{args.prompts} held-out prompts x {args.max_new_tokens} new tokens, median of {args.repeats}; "
-          f"device {args.device}, torch {torch.__version__}, {torch.get_num_threads()} threads")
+          f"device {args.device}; {machine()}")
     print("| setting | K | plain tok/s | spec tok/s | speedup | alpha | tok/call | c | v | ideal (Thm 3.8) | with v | measured/ideal | measured/with v |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
@@ -149,7 +156,8 @@ def main(argv=None):
     hf_rows = compare_with_hf(args, target, draft, prompts) if args.hf else []
     if args.json:
         with open(args.json, "w") as fh:
-            json.dump(dict(target=args.target, draft=args.draft, device=args.device, rows=rows, hf=hf_rows), fh, indent=1)
+            json.dump(dict(target=args.target, draft=args.draft, device=args.device, machine=machine(), rows=rows,
+                           hf=hf_rows), fh, indent=1)
 
 
 def compare_with_hf(args, target, draft, prompts):
