@@ -27,12 +27,14 @@ class Stats:
     new_tokens: int = 0
     drafted: int = 0  # draft tokens proposed
     accepted: int = 0  # draft tokens kept
-    target_calls: int = 0  # target forwards (one per round, one per token when sampling plainly)
-    draft_calls: int = 0
-    target_time: float = 0.0  # seconds inside the target's forwards
-    draft_time: float = 0.0  # seconds inside the draft's forwards
     total_time: float = 0.0  # seconds for the whole call
     rounds: list = field(default_factory=list)
+    target_times: list = field(default_factory=list)  # seconds of each target forward ([0]: the prompt)
+    draft_times: list = field(default_factory=list)  # seconds of each draft forward ([0]: the prompt)
+    target_calls = property(lambda self: len(self.target_times))  # one per round, one per token when plain
+    draft_calls = property(lambda self: len(self.draft_times))
+    target_time = property(lambda self: sum(self.target_times))  # seconds inside the target's forwards
+    draft_time = property(lambda self: sum(self.draft_times))
 
     @property
     def acceptance_rate(self):
@@ -41,7 +43,6 @@ class Stats:
     @property
     def tokens_per_target_call(self):
         return self.new_tokens / self.target_calls if self.target_calls else float("nan")
-
 
 
 # ---- turning logits into the distribution we sample from ---------------------------------------------------
@@ -112,7 +113,7 @@ class CachedModel:
 
     def __init__(self, model, device):
         self.model, self.device, self.W = model, device, model.config.block_size
-        self.start, self.calls, self.seconds = 0, 0, 0.0
+        self.start, self.times = 0, []  # times: seconds of each forward
         model.reset_cache()
 
     def logits(self, tokens, t, n):  # -> (n, V): position t+i predicted from x[s(t):t+i], for i < n
@@ -128,8 +129,7 @@ class CachedModel:
         logits = logits[0, -n:]  # (n, V)
         if self.device.type == "cuda":
             torch.cuda.synchronize()  # honest timings: wait for the GPU
-        self.seconds += time.perf_counter() - tic
-        self.calls += 1
+        self.times.append(time.perf_counter() - tic)
         return logits
 
     def rollback(self, t):
@@ -152,7 +152,7 @@ def autoregressive_generate(model, idx, max_new_tokens, temperature=1.0, top_k=N
         tokens.append(sample(p, generator))
         if stream:
             stream(tokens[-1:])
-    stats.new_tokens, stats.target_calls, stats.target_time = max_new_tokens, target.calls, target.seconds
+    stats.new_tokens, stats.target_times = max_new_tokens, target.times
     stats.total_time = time.perf_counter() - tic
     return torch.tensor([tokens], dtype=torch.long, device=idx.device), stats
 
@@ -204,8 +204,8 @@ def speculative_generate(target, draft, idx, max_new_tokens, k=4, temperature=1.
             stream(tokens[t:])
         stats.drafted += K
         stats.accepted += kept
-    stats.new_tokens, stats.target_calls, stats.target_time = max_new_tokens, tgt.calls, tgt.seconds
-    stats.draft_calls, stats.draft_time, stats.total_time = drf.calls, drf.seconds, time.perf_counter() - tic
+    stats.new_tokens, stats.target_times, stats.draft_times = max_new_tokens, tgt.times, drf.times
+    stats.total_time = time.perf_counter() - tic
     return torch.tensor([tokens], dtype=torch.long, device=idx.device), stats
 
 
