@@ -4,6 +4,7 @@ speedup that Leviathan et al. 2023, Theorem 3.8, predicts from the measured acce
 
     python bench.py                                   # the shipped pair, K = 1..8, three sampling settings
     python bench.py --k 4 --settings t1.0 --draft runs/draft-1x64/draft.pt
+    python bench.py --init_from gpt2-xl --draft gpt2 --device cuda --k 4,6   # pretrained GPT-2 (transformers)
 
 For each setting and K it reports tokens/s of both samplers (median over --repeats), the speedup, alpha (the
 per-token acceptance probability, estimated from the rounds: kept / (kept + rejections)), tokens per target
@@ -27,7 +28,8 @@ import time
 import torch
 
 import data
-from model import load_checkpoint
+from hf import GPT2_NAMES  # pretrained GPT-2 through transformers (optional; imported only when used)
+from sample import load
 from speculative import autoregressive_generate, speculative_generate
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -37,12 +39,14 @@ SETTINGS = {"t0": dict(temperature=0.0), "t0.8p0.95": dict(temperature=0.8, top_
 def get_args(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--target", default=os.path.join(HERE, "checkpoints", "target.pt"))
-    ap.add_argument("--draft", default=os.path.join(HERE, "checkpoints", "draft.pt"))
+    ap.add_argument("--draft", default=None,
+                    help="draft checkpoint or GPT-2 name (default: checkpoints/draft.pt, or gpt2 with --init_from)")
+    ap.add_argument("--init_from", default=None, choices=GPT2_NAMES,
+                    help="target = pretrained GPT-2 via transformers (cached or downloadable) instead of --target")
     ap.add_argument("--k", default="1,2,3,4,5,6,7,8", help="comma-separated draft lengths")
     ap.add_argument("--settings", default=",".join(SETTINGS), help=f"comma-separated, from {list(SETTINGS)}")
     ap.add_argument("--prompts", type=int, default=4, help="prompts, cut from the held-out text")
-    ap.add_argument("--corpus", default="shakespeare", help="the corpus the pair was trained on (data.py)")
-    ap.add_argument("--data_dir", default=data.DATA_DIR)
+    ap.add_argument("--corpus", default="shakespeare", help="the prompts' text: the pair's corpus (data.py) or a file")
     ap.add_argument("--prompt_len", type=int, default=64)
     ap.add_argument("--max_new_tokens", type=int, default=128)
     ap.add_argument("--repeats", type=int, default=3, help="median over this many repeats")
@@ -62,18 +66,24 @@ def get_args(argv=None):
         ap.error(f"--settings: choose from {list(SETTINGS)}")
     if min(args.k) < 1 or args.prompts < 1 or args.repeats < 1 or args.max_new_tokens < 1:
         ap.error("--k, --prompts, --repeats and --max_new_tokens must be >= 1")
+    if args.draft is None:
+        args.draft = "gpt2" if args.init_from else os.path.join(HERE, "checkpoints", "draft.pt")
+    if args.init_from:
+        args.target = args.init_from
     return args
 
 
-def held_out_prompts(tok, n, length, corpus, data_dir):
-    """n prompts of `length` tokens, evenly spaced through the validation text."""
-    _, val_ids, vtok, _ = data.prepare(corpus, tok.kind, tok.meta.get("encoding"), data_dir)
-    if vtok.meta != tok.meta:
-        raise SystemExit(f"the checkpoint's tokenizer does not match --corpus {corpus}: pass the corpus it was trained on")
+def held_out_prompts(tok, n, length, corpus):
+    """n prompts of `length` tokens, evenly spaced through the corpus' validation text."""
+    try:
+        val_ids = tok.encode(data.texts(corpus)[1])
+    except ValueError as e:
+        raise SystemExit(f"--corpus {corpus}: the checkpoint's tokenizer cannot encode it ({e}); "
+                         "pass the corpus the pair was trained on") from e
     if len(val_ids) < length + 1:
         raise SystemExit(f"the validation text is shorter than --prompt_len {length}")
     starts = [int(i * (len(val_ids) - length) / n) for i in range(n)]
-    return [torch.from_numpy(val_ids[s:s + length].astype("int64"))[None] for s in starts]  # (1, T) each
+    return [torch.tensor([val_ids[s:s + length]], dtype=torch.long) for s in starts]  # (1, T) each
 
 
 def machine():
@@ -105,12 +115,13 @@ def main(argv=None):
     torch.manual_seed(args.seed)
     if args.threads:
         torch.set_num_threads(args.threads)
-    target, tmeta = load_checkpoint(args.target, args.device)
-    draft, dmeta = load_checkpoint(args.draft, args.device)
+    if args.device.startswith("cuda") and not torch.cuda.is_available():
+        raise SystemExit("--device cuda, but torch sees no CUDA GPU here; use --device cpu")
+    target, tmeta = load(args.target, args.device, "target")
+    draft, dmeta = load(args.draft, args.device, "draft")
     if dmeta["tokenizer"] != tmeta["tokenizer"]:
         raise SystemExit("the draft and the target use different tokenizers")
-    prompts = held_out_prompts(data.Tokenizer(tmeta["tokenizer"]), args.prompts, args.prompt_len, args.corpus,
-                               args.data_dir)
+    prompts = held_out_prompts(data.Tokenizer(tmeta["tokenizer"]), args.prompts, args.prompt_len, args.corpus)
     prompts = [p.to(args.device) for p in prompts]
     gen = torch.Generator(device=args.device)
     run = lambda fn, *a, seed, **kw: fn(*a, generator=gen.manual_seed(seed), **kw)[1]

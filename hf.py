@@ -6,13 +6,16 @@ Hugging Face transformers interop: our GPT <-> transformers.GPT2LMHeadModel, and
   (in, out), where nn.Linear stores (out, in): those four matrices are transposed.
 - load_gpt2(name) loads pretrained GPT-2 weights (gpt2, gpt2-medium, gpt2-large, gpt2-xl) through
   transformers, from the local cache first; with no cache and no network it stops with a clear message
-  instead of hanging.
+  within seconds (a quick probe of the hub) instead of minutes of retries.
+- gpt2_encoding_from_hf_cache() gives tiktoken's `gpt2` encoding offline, from GPT-2's own tokenizer files
+  in that cache (load_gpt2 fetches them with the weights).
 
-What it leaves out: other architectures (GPT-2 only), and tokenizers: with pretrained GPT-2 we use tiktoken's
-`gpt2` encoding, which tiktoken must be able to load (cached or online).
+What it leaves out: other architectures (GPT-2 only), and transformers' tokenizers: we use tiktoken's `gpt2`.
 """
 
 import os
+import socket
+import urllib.parse
 
 import torch
 
@@ -69,18 +72,61 @@ def load_gpt2(name, device="cpu"):
     tr = _transformers()
     try:  # the local cache first: no network, no waiting
         hf = tr.GPT2LMHeadModel.from_pretrained(name, local_files_only=True)
-    except Exception:
-        os.environ.setdefault("HF_HUB_ETAG_TIMEOUT", "10")  # then the hub, with short timeouts
-        os.environ.setdefault("HF_HUB_DOWNLOAD_TIMEOUT", "30")
+    except Exception as e:
+        how = (f"Run `python sample.py --init_from {name}` once on a connected machine: it puts the weights and "
+               "the tokenizer's files in the Hugging Face cache (~/.cache/huggingface, or $HF_HOME), which can be "
+               "copied here. Or use the shipped pair")
+        if not hub_reachable():
+            raise SystemExit(f"cannot load {name!r}: it is not in the Hugging Face cache and the hub is not "
+                             f"reachable. {how}") from e
         try:
             hf = tr.GPT2LMHeadModel.from_pretrained(name)
         except Exception as e:
-            raise SystemExit(f"cannot load {name!r}: it is not in the Hugging Face cache and the hub is not "
-                             f"reachable ({type(e).__name__}). Download it once on a connected machine "
-                             f"(python -c \"import transformers; transformers.GPT2LMHeadModel.from_pretrained('{name}')\") "
-                             "or use the shipped pair") from e
+            raise SystemExit(f"cannot load {name!r} from the hub ({type(e).__name__}: {e}). {how}") from e
+    if gpt2_encoding_from_hf_cache() is None and hub_reachable():  # the tokenizer's files, for offline use later
+        from huggingface_hub import hf_hub_download
+        try:
+            for file in ("vocab.json", "merges.txt"):
+                hf_hub_download(name, file)
+        except Exception:  # not fatal: tiktoken may still fetch its own copy of the same files
+            pass
     tokenizer = {"kind": "bpe", "encoding": "gpt2", "ids": list(range(hf.config.vocab_size))}  # ids unchanged
     return from_hf(hf).to(device), {"tokenizer": tokenizer, "init_from": name}
+
+
+def hub_reachable(timeout=3.0):
+    """Can we open a connection to the Hugging Face hub? Honors HF_HUB_OFFLINE and HF_ENDPOINT; behind a proxy
+    we cannot tell, so we say yes and let the download try."""
+    from huggingface_hub import constants
+    if constants.HF_HUB_OFFLINE:
+        return False
+    if any(os.environ.get(v) for v in ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy")):
+        return True
+    url = urllib.parse.urlparse(constants.ENDPOINT)
+    try:
+        socket.create_connection((url.hostname, url.port or (443 if url.scheme == "https" else 80)), timeout).close()
+        return True
+    except OSError:
+        return False
+
+
+def gpt2_encoding_from_hf_cache():
+    """tiktoken's `gpt2` encoding, built from GPT-2's tokenizer files in the Hugging Face cache (its vocab.json
+    and merges.txt are tiktoken's encoder.json and vocab.bpe under other names); None when they are not cached."""
+    try:
+        from huggingface_hub import try_to_load_from_cache
+    except ImportError:
+        return None
+    import tiktoken
+    import tiktoken.load
+    from tiktoken_ext.openai_public import r50k_pat_str  # the gpt2 encoding's pre-tokenizer pattern
+    for repo in GPT2_NAMES:  # all four share one tokenizer
+        vocab, merges = (try_to_load_from_cache(repo, file) for file in ("vocab.json", "merges.txt"))
+        if isinstance(vocab, str) and isinstance(merges, str):  # paths (not None or a "not cached" marker)
+            ranks = tiktoken.load.data_gym_to_mergeable_bpe_ranks(merges, vocab)
+            return tiktoken.Encoding("gpt2", pat_str=r50k_pat_str, mergeable_ranks=ranks,
+                                     special_tokens={"<|endoftext|>": len(ranks)})
+    return None
 
 
 @torch.no_grad()

@@ -93,7 +93,7 @@ def test_bench_prints_a_row_per_setting_and_k(pair, capsys, tmp_path):
     import bench
     tmp, corpus = pair
     bench.main(["--target", str(tmp / "target.pt"), "--draft", str(tmp / "draft.pt"), "--corpus", str(corpus),
-                "--data_dir", str(tmp / "data"), "--k", "1,3", "--settings", "t0,t1.0", "--prompts", "1",
+                "--k", "1,3", "--settings", "t0,t1.0", "--prompts", "1",
                 "--prompt_len", "8", "--max_new_tokens", "8", "--repeats", "1", "--json", str(tmp_path / "b.json")])
     rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| t")]
     assert [r.split(" | ")[:2] for r in rows] == [["| t0", "1"], ["| t0", "3"], ["| t1.0", "1"], ["| t1.0", "3"]]
@@ -106,3 +106,8 @@ def test_theorem_3_8_prediction_and_alpha_estimate():
     assert predicted(0.0, 4, 0.0) == 1.0 and predicted(1.0, 3, 0.0) == 4.0
     # rounds (t, drafted, kept): 2 kept then a rejection; 3 of 3 kept; 0 kept, rejected -> 5 / (5 + 2)
     assert alpha_from_rounds([(0, 3, 2), (3, 3, 3), (7, 2, 0)]) == 5 / 7
+
+
+def test_bench_costs_leave_out_the_prompt_read():
+    from bench import steady
+    assert steady([9.0, 1.0, 2.0]) == 1.5  # the first forward reads the prompt: not a decoding step
