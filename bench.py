@@ -49,7 +49,7 @@ def get_args(argv=None):
     ap.add_argument("--corpus", default="shakespeare", help="the prompts' text: the pair's corpus (data.py) or a file")
     ap.add_argument("--prompt_len", type=int, default=64)
     ap.add_argument("--max_new_tokens", type=int, default=128)
-    ap.add_argument("--repeats", type=int, default=3, help="median over this many repeats")
+    ap.add_argument("--repeats", type=int, default=5, help="median over this many repeats")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (default: torch's choice)")
@@ -134,23 +134,24 @@ def main(argv=None):
         sampling = SETTINGS[name]
         plain_tps, spec_tps = [], {K: [] for K in args.k}
         plain_step, draft_step, target_fwd, rounds = [], [], {K: [] for K in args.k}, {K: [] for K in args.k}
-        for rep in range(args.repeats):  # interleaved: plain, then every K, on the same prompts and seeds
-            tokens = seconds = 0.0
+        for rep in range(args.repeats):
+            # interleaved as finely as possible: each prompt runs plainly, then with every K, before the next
+            # prompt, so a slow spell of a shared machine hits all of them alike
+            seconds, tokens = {K: 0.0 for K in [0] + args.k}, {K: 0 for K in [0] + args.k}  # K = 0: plain
             for i, prompt in enumerate(prompts):
                 s = run(autoregressive_generate, target, prompt, args.max_new_tokens, seed=1000 * rep + i, **sampling)
-                tokens, seconds = tokens + s.new_tokens, seconds + s.total_time
+                seconds[0], tokens[0] = seconds[0] + s.total_time, tokens[0] + s.new_tokens
                 plain_step.append(steady(s.target_times))
-            plain_tps.append(tokens / seconds)
-            for K in args.k:
-                tokens = seconds = 0.0
-                for i, prompt in enumerate(prompts):
+                for K in args.k:
                     s = run(speculative_generate, target, draft, prompt, args.max_new_tokens, k=K,
                             seed=1000 * rep + i, **sampling)
-                    tokens, seconds = tokens + s.new_tokens, seconds + s.total_time
+                    seconds[K], tokens[K] = seconds[K] + s.total_time, tokens[K] + s.new_tokens
                     draft_step.append(steady(s.draft_times))
                     target_fwd[K].append(steady(s.target_times))
                     rounds[K] += s.rounds
-                spec_tps[K].append(tokens / seconds)
+            plain_tps.append(tokens[0] / seconds[0])
+            for K in args.k:
+                spec_tps[K].append(tokens[K] / seconds[K])
         step = statistics.median(plain_step)
         c = statistics.median(draft_step) / step
         for K in args.k:
