@@ -4,6 +4,7 @@ speedup that Leviathan et al. 2023, Theorem 3.8, predicts from the measured acce
 
     python bench.py                                   # the shipped pair, K = 1..8, three sampling settings
     python bench.py --k 4 --settings t1.0 --draft runs/draft-1x64/draft.pt
+    python bench.py --k 7 --settings t1.0 --profile   # and where the time goes (forward costs, cProfile)
     python bench.py --init_from gpt2-xl --draft gpt2 --device cuda --k 4,6   # pretrained GPT-2 (transformers)
 
 For each setting and K it reports tokens/s of both samplers (median over --repeats), the speedup, alpha (the
@@ -54,6 +55,8 @@ def get_args(argv=None):
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (default: torch's choice)")
     ap.add_argument("--json", default=None, help="also write the rows to this file")
+    ap.add_argument("--profile", action="store_true",
+                    help="also show where the time goes: forward costs back to back, and cProfile at the first K")
     ap.add_argument("--hf", action="store_true",
                     help="also time transformers' assisted generation (generate(assistant_model=...)) on the exported pair")
     args = ap.parse_args(argv)
@@ -172,11 +175,50 @@ def main(argv=None):
         print(f"| {r['setting']} | {r['K']} | {r['plain_tps']:.0f} | {r['spec_tps']:.0f} | {r['speedup']:.2f}x | "
               f"{r['alpha']:.3f} | {r['tokens_per_call']:.2f} | {r['c']:.3f} | {r['v']:.2f} | {r['ideal']:.2f}x | "
               f"{r['with_v']:.2f}x | {r['speedup'] / r['ideal']:.0%} | {r['speedup'] / r['with_v']:.0%} |")
+    if args.profile:
+        profile(args, target, draft, prompts)
     hf_rows = compare_with_hf(args, target, draft, prompts) if args.hf else []
     if args.json:
         with open(args.json, "w") as fh:
             json.dump(dict(target=args.target, draft=args.draft, device=args.device, machine=machine(), rows=rows,
                            hf=hf_rows), fh, indent=1)
+
+
+@torch.no_grad()
+def profile(args, target, draft, prompts):
+    """Where the time goes. 1) Forwards back to back on a cache holding the prompt, with 1 and 2 threads: one
+    token vs K+1 tokens (the best case for v) and the draft's step (for c). 2) cProfile of speculative_generate
+    at the first K and setting, the 12 functions with the most time of their own."""
+    import cProfile
+    import pstats
+    K, prompt, threads = args.k[0], prompts[0], torch.get_num_threads()
+
+    def forward_ms(model, n, repeats=50):  # median ms of a forward of n tokens after the prompt
+        model.reset_cache()
+        model(prompt, use_cache=True)
+        tokens, times = prompt[:, :1].repeat(1, n), []  # which tokens does not matter for the time
+        for _ in range(repeats):
+            tic = time.perf_counter()
+            model(tokens, use_cache=True)
+            times.append(time.perf_counter() - tic)
+            model.crop(prompt.size(1))
+        return 1e3 * statistics.median(times)
+
+    print(f"\nforwards back to back, after a {prompt.size(1)}-token prompt (median of 50):")
+    for n_threads in (1, 2):
+        torch.set_num_threads(n_threads)
+        step, wide, drafted = forward_ms(target, 1), forward_ms(target, K + 1), forward_ms(draft, 1)
+        print(f"  {n_threads} thread(s): target 1 token {step:.2f} ms, {K + 1} tokens {wide:.2f} ms (v = {wide / step:.2f}); "
+              f"draft 1 token {drafted:.3f} ms (c = {drafted / step:.3f})")
+    torch.set_num_threads(threads)
+    sampling, gen = SETTINGS[args.settings[0]], torch.Generator(device=args.device)
+    prof = cProfile.Profile()
+    prof.enable()
+    for i, p in enumerate(prompts):
+        speculative_generate(target, draft, p, args.max_new_tokens, k=K, generator=gen.manual_seed(i), **sampling)
+    prof.disable()
+    print(f"cProfile of speculative_generate, K={K}, {args.settings[0]}, {len(prompts)} prompts:")
+    pstats.Stats(prof, stream=__import__("sys").stdout).sort_stats("tottime").print_stats(12)
 
 
 def compare_with_hf(args, target, draft, prompts):

@@ -94,9 +94,12 @@ def test_bench_prints_a_row_per_setting_and_k(pair, capsys, tmp_path):
     tmp, corpus = pair
     bench.main(["--target", str(tmp / "target.pt"), "--draft", str(tmp / "draft.pt"), "--corpus", str(corpus),
                 "--k", "1,3", "--settings", "t0,t1.0", "--prompts", "1",
-                "--prompt_len", "8", "--max_new_tokens", "8", "--repeats", "1", "--json", str(tmp_path / "b.json")])
-    rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| t")]
+                "--prompt_len", "8", "--max_new_tokens", "8", "--repeats", "1", "--json", str(tmp_path / "b.json"),
+                "--profile"])
+    out = capsys.readouterr().out
+    rows = [line for line in out.splitlines() if line.startswith("| t")]
     assert [r.split(" | ")[:2] for r in rows] == [["| t0", "1"], ["| t0", "3"], ["| t1.0", "1"], ["| t1.0", "3"]]
+    assert "2 thread(s): target 1 token" in out and "cProfile of speculative_generate, K=1, t0" in out
     assert (tmp_path / "b.json").exists()
 
 
