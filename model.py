@@ -75,10 +75,10 @@ class CausalSelfAttention(nn.Module):
     def forward(self, x, use_cache=False):
         B, T, C = x.size()
         nh, hs = self.n_head, C // self.n_head
-        q, k, v = self.c_attn(x).split(C, dim=2)
-        q = q.view(B, T, nh, hs).transpose(1, 2)  # (B, nh, T, hs)
-        k = k.view(B, T, nh, hs).transpose(1, 2)  # (B, nh, T, hs)
-        v = v.view(B, T, nh, hs).transpose(1, 2)  # (B, nh, T, hs)
+        # q, k, v at once: (B, T, 3C) -> (B, T, 3, nh, hs) -> (3, B, nh, T, hs) -> three (B, nh, T, hs). One view
+        # and one permute instead of a split, three views and three transposes: a one-token decoding step is
+        # dominated by the fixed cost of each PyTorch operation, not by arithmetic.
+        q, k, v = self.c_attn(x).view(B, T, 3, nh, hs).permute(2, 0, 3, 1, 4).unbind(0)
         dropout = self.attn_dropout if self.training else 0.0
         if not use_cache:
             y = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout, is_causal=True)
@@ -134,6 +134,7 @@ class GPT(nn.Module):
             ln_f=nn.LayerNorm(config.n_embd, bias=config.bias),
         ))
         self.lm_head = nn.Linear(config.n_embd, config.vocab_size, bias=False)
+        self.caches = []  # one KVCache per layer while decoding (reset_cache)
         self.transformer.wte.weight = self.lm_head.weight  # weight tying (Press & Wolf 2017), as GPT-2
         self.apply(self._init_weights)
         for name, p in self.named_parameters():  # GPT-2's scaled init of the residual projections
@@ -158,21 +159,21 @@ class GPT(nn.Module):
         """Allocate (or empty) the cache: block_size positions per layer, in the model's dtype and device."""
         w = self.lm_head.weight
         hs = self.config.n_embd // self.config.n_head
-        for block in self.transformer.h:
-            block.attn.cache = KVCache(batch_size, self.config.n_head, self.config.block_size, hs,
-                                       w.device, w.dtype)
+        self.caches = [KVCache(batch_size, self.config.n_head, self.config.block_size, hs, w.device, w.dtype)
+                       for _ in self.transformer.h]  # a plain list: cheaper to reach than through the modules
+        for block, cache in zip(self.transformer.h, self.caches):
+            block.attn.cache = cache
 
     @property
     def cache_len(self):
         """How many tokens the cache holds (0 when no cache was allocated)."""
-        cache = self.transformer.h[0].attn.cache if len(self.transformer.h) else None
-        return 0 if cache is None else cache.length
+        return self.caches[0].length if self.caches else 0
 
     def crop(self, n):
         """Roll the cache back to its first n tokens. O(1): the stale entries are overwritten later."""
         assert 0 <= n <= self.cache_len, f"crop({n}) needs 0 <= n <= cache_len ({self.cache_len})"
-        for block in self.transformer.h:
-            block.attn.cache.length = n
+        for cache in self.caches:
+            cache.length = n
 
     # ---- forward ------------------------------------------------------------------------------------------
 
@@ -184,13 +185,13 @@ class GPT(nn.Module):
         appended to the cache. Call reset_cache() first.
         """
         B, T = idx.size()
-        if use_cache and self.transformer.h[0].attn.cache is None:
+        if use_cache and not self.caches:
             self.reset_cache(B)
         start = self.cache_len if use_cache else 0
         assert start + T <= self.config.block_size, (
             f"cannot attend to {start + T} positions, block_size is only {self.config.block_size}")
-        pos = torch.arange(start, start + T, dtype=torch.long, device=idx.device)  # (T,)
-        x = self.transformer.drop(self.transformer.wte(idx) + self.transformer.wpe(pos))  # (B, T, C)
+        pos_emb = self.transformer.wpe.weight[start:start + T]  # (T, C): positions start..start+T-1
+        x = self.transformer.drop(self.transformer.wte(idx) + pos_emb)  # (B, T, C)
         for block in self.transformer.h:
             x = block(x, use_cache)
         logits = self.lm_head(self.transformer.ln_f(x))  # (B, T, V)
