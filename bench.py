@@ -204,8 +204,10 @@ def profile(args, target, draft, prompts):
             model.crop(prompt.size(1))
         return 1e3 * statistics.median(times)
 
+    W = min(target.config.block_size, draft.config.block_size)
+    prompt = prompt[:, :max(1, W - K - 1)]  # leave room in the cache for K+1 more tokens
     print(f"\nforwards back to back, after a {prompt.size(1)}-token prompt (median of 50):")
-    for n_threads in (1, 2):
+    for n_threads in (1, 2) if prompt.size(1) + K + 1 <= W else ():
         torch.set_num_threads(n_threads)
         step, wide, drafted = forward_ms(target, 1), forward_ms(target, K + 1), forward_ms(draft, 1)
         print(f"  {n_threads} thread(s): target 1 token {step:.2f} ms, {K + 1} tokens {wide:.2f} ms (v = {wide / step:.2f}); "
