@@ -83,7 +83,7 @@ def load_gpt2(name, device="cpu"):
             hf = tr.GPT2LMHeadModel.from_pretrained(name)
         except Exception as e:
             raise SystemExit(f"cannot load {name!r} from the hub ({type(e).__name__}: {e}). {how}") from e
-    if gpt2_encoding_from_hf_cache() is None and hub_reachable():  # the tokenizer's files, for offline use later
+    if gpt2_tokenizer_files() is None and hub_reachable():  # the tokenizer's files too, for offline use later
         from huggingface_hub import hf_hub_download
         try:
             for file in ("vocab.json", "merges.txt"):
@@ -110,23 +110,31 @@ def hub_reachable(timeout=3.0):
         return False
 
 
-def gpt2_encoding_from_hf_cache():
-    """tiktoken's `gpt2` encoding, built from GPT-2's tokenizer files in the Hugging Face cache (its vocab.json
-    and merges.txt are tiktoken's encoder.json and vocab.bpe under other names); None when they are not cached."""
+def gpt2_tokenizer_files():
+    """(vocab.json, merges.txt) of GPT-2 in the Hugging Face cache, as paths; None when they are not cached."""
     try:
         from huggingface_hub import try_to_load_from_cache
     except ImportError:
         return None
-    import tiktoken
-    import tiktoken.load
-    from tiktoken_ext.openai_public import r50k_pat_str  # the gpt2 encoding's pre-tokenizer pattern
     for repo in GPT2_NAMES:  # all four share one tokenizer
         vocab, merges = (try_to_load_from_cache(repo, file) for file in ("vocab.json", "merges.txt"))
         if isinstance(vocab, str) and isinstance(merges, str):  # paths (not None or a "not cached" marker)
-            ranks = tiktoken.load.data_gym_to_mergeable_bpe_ranks(merges, vocab)
-            return tiktoken.Encoding("gpt2", pat_str=r50k_pat_str, mergeable_ranks=ranks,
-                                     special_tokens={"<|endoftext|>": len(ranks)})
+            return vocab, merges
     return None
+
+
+def gpt2_encoding_from_hf_cache():
+    """tiktoken's `gpt2` encoding, built from GPT-2's tokenizer files in the Hugging Face cache (its vocab.json
+    and merges.txt are tiktoken's encoder.json and vocab.bpe under other names); None when they are not cached."""
+    files = gpt2_tokenizer_files()
+    if files is None:
+        return None
+    import tiktoken
+    import tiktoken.load
+    from tiktoken_ext.openai_public import r50k_pat_str  # the gpt2 encoding's pre-tokenizer pattern
+    ranks = tiktoken.load.data_gym_to_mergeable_bpe_ranks(files[1], files[0])
+    return tiktoken.Encoding("gpt2", pat_str=r50k_pat_str, mergeable_ranks=ranks,
+                             special_tokens={"<|endoftext|>": len(ranks)})
 
 
 @torch.no_grad()
