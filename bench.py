@@ -191,6 +191,7 @@ def profile(args, target, draft, prompts):
     at the first K and setting, the 12 functions with the most time of their own."""
     import cProfile
     import pstats
+    import sys
     K, prompt, threads = args.k[0], prompts[0], torch.get_num_threads()
 
     def forward_ms(model, n, repeats=50):  # median ms of a forward of n tokens after the prompt
@@ -200,6 +201,8 @@ def profile(args, target, draft, prompts):
         for _ in range(repeats):
             tic = time.perf_counter()
             model(tokens, use_cache=True)
+            if tokens.is_cuda:
+                torch.cuda.synchronize()  # honest timings: wait for the GPU
             times.append(time.perf_counter() - tic)
             model.crop(prompt.size(1))
         return 1e3 * statistics.median(times)
@@ -220,7 +223,7 @@ def profile(args, target, draft, prompts):
         speculative_generate(target, draft, p, args.max_new_tokens, k=K, generator=gen.manual_seed(i), **sampling)
     prof.disable()
     print(f"cProfile of speculative_generate, K={K}, {args.settings[0]}, {len(prompts)} prompts:")
-    pstats.Stats(prof, stream=__import__("sys").stdout).sort_stats("tottime").print_stats(12)
+    pstats.Stats(prof, stream=sys.stdout).sort_stats("tottime").print_stats(12)
 
 
 def compare_with_hf(args, target, draft, prompts):
