@@ -1,5 +1,11 @@
 """hf.py: our GPT and transformers' GPT2LMHeadModel map onto each other with the same logits (no downloads)."""
 
+import json
+import os
+import subprocess
+import sys
+import time
+
 import pytest
 import torch
 
@@ -8,7 +14,7 @@ transformers = pytest.importorskip("transformers", reason="CI installs requireme
 from hf import from_hf, load_gpt2, max_logit_difference, to_hf  # noqa: E402
 from tests.conftest import random_gpt  # noqa: E402
 
-ROOT = __import__("os").path.dirname(__import__("os").path.dirname(__import__("os").path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the scripts run from the repo root
 
 
 def random_hf_gpt2(seed):
@@ -85,7 +91,6 @@ def gpt2_style_tokenizer(merges=(("Ġ", "t"), ("h", "e"))):
 def fake_hub(tmp_path):
     """A Hugging Face cache in tmp_path with random tiny `gpt2` (1 layer) and `gpt2-medium` (2 layers) and the
     tokenizer files; -> the environment that makes a subprocess use it, offline."""
-    import json
     vocab, merges = gpt2_style_tokenizer()
     for seed, name in enumerate(("gpt2", "gpt2-medium")):
         torch.manual_seed(seed)
@@ -97,13 +102,10 @@ def fake_hub(tmp_path):
         (snapshot / "merges.txt").write_text(merges)
         (tmp_path / "hub" / f"models--{name}" / "refs").mkdir()
         (tmp_path / "hub" / f"models--{name}" / "refs" / "main").write_text("0" * 40)
-    import os
     return dict(os.environ, HF_HUB_CACHE=str(tmp_path / "hub"), HF_HUB_OFFLINE="1", HF_ENDPOINT="http://127.0.0.1:9")
 
 
 def run(args, env, timeout=300):
-    import subprocess
-    import sys
     return subprocess.run([sys.executable, *args], env=env, capture_output=True, text=True, timeout=timeout,
                           cwd=ROOT)
 
@@ -131,8 +133,6 @@ def test_pretrained_gpt2_loads_from_the_cache_offline_in_sample_and_bench(tmp_pa
 @pytest.mark.parametrize("offline_env", [{"HF_HUB_OFFLINE": "1"}, {"HF_ENDPOINT": "http://127.0.0.1:9"}],
                          ids=["HF_HUB_OFFLINE", "hub-unreachable"])
 def test_pretrained_gpt2_not_cached_and_offline_fails_with_a_clear_message(tmp_path, offline_env):
-    import os
-    import time
     env = {k: v for k, v in os.environ.items() if not k.startswith("HF_")}
     env.update(HF_HUB_CACHE=str(tmp_path / "empty"), **offline_env)
     tic = time.time()
