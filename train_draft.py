@@ -9,8 +9,10 @@ What it does: nanoGPT-style training (AdamW, warmup + cosine decay, gradient cli
 cached, encoded corpus from data.py; periodic validation loss; checkpoints written atomically at every
 evaluation, so a run killed at any moment leaves the last good one loadable; --resume continues the same
 schedule from the optimizer state saved next to the checkpoint (<out>.resume). With --distill a>0 the draft
-learns from (1-a) * cross-entropy on the data + a * KL(p || q), p the target's next-token distribution:
-speculative sampling accepts with probability sum_x min(p, q) = 1 - TV(p, q), so matching p raises it.
+learns from (1-a) * cross-entropy on the data + a * D(p, q), p the target's next-token distribution and D
+KL(p || q) or (--distill_loss tv) the total variation TV(p, q): speculative sampling accepts with probability
+sum_x min(p, q) = 1 - TV(p, q), so TV is exactly the acceptance that is lost. --init starts from a trained
+draft (fine-tuning). The contexts are the corpus' text, not samples from the draft (off-policy).
 
 What it leaves out: multi-GPU (DDP), gradient accumulation, and datasets bigger than memory-mapped uint16.
 """
@@ -62,7 +64,10 @@ def get_args(argv=None):
     ap.add_argument("--eval_iters", type=int, default=20, help="batches per validation estimate")
     ap.add_argument("--weight_decay", type=float, default=0.1)
     ap.add_argument("--grad_clip", type=float, default=1.0)
-    ap.add_argument("--distill", type=float, default=0.0, help="draft only: weight a of KL(p||q) vs data loss")
+    ap.add_argument("--distill", type=float, default=0.0, help="draft only: weight a of the distillation loss vs data loss")
+    ap.add_argument("--distill_loss", choices=["kl", "tv"], default="kl",
+                    help="kl: KL(p||q); tv: total variation 0.5*sum|p-q|, whose minimum is the acceptance rate at T=1")
+    ap.add_argument("--init", default=None, help="start from this checkpoint's weights (same shape), e.g. to fine-tune a draft")
     ap.add_argument("--target", default=None, help="target checkpoint for --distill (default: OUT_DIR/target.pt)")
     ap.add_argument("--seed", type=int, default=1337)
     ap.add_argument("--device", default="auto", help="auto (cuda -> mps -> cpu), cpu, cuda, mps")
@@ -126,6 +131,17 @@ def train_one(role, args, splits, tok, corpus_desc):
     config = GPTConfig(block_size=h["block_size"], vocab_size=tok.vocab_size, n_layer=h["n_layer"],
                        n_head=h["n_head"], n_embd=h["n_embd"], dropout=h["dropout"], bias=True)
     model = GPT(config).to(device)
+    if args.init and not args.resume:
+        try:
+            init, imeta = load_checkpoint(args.init, device)
+        except (FileNotFoundError, ValueError) as e:
+            raise SystemExit(f"--init: {e}") from e
+        if imeta.get("tokenizer") != tok.meta:
+            raise SystemExit(f"--init {args.init} was trained with another tokenizer than this run's corpus/tokenizer")
+        if init.config != config:
+            raise SystemExit(f"--init {args.init}: its shape {init.config} differs from this run's {config}; "
+                             "pass the same --n_layer/--n_head/--n_embd/--block_size (or the preset it was trained with)")
+        model.load_state_dict(init.state_dict())
     decay = [p for p in model.parameters() if p.dim() >= 2]  # matrices and embeddings decay, biases/norms not
     no_decay = [p for p in model.parameters() if p.dim() < 2]
     optimizer = torch.optim.AdamW([{"params": decay, "weight_decay": args.weight_decay},
@@ -154,9 +170,12 @@ def train_one(role, args, splits, tok, corpus_desc):
             if teacher is not None:
                 with torch.no_grad():
                     p_logits, _ = teacher(x)
-                kl = F.kl_div(F.log_softmax(logits.float(), -1), F.log_softmax(p_logits.float(), -1),
-                              log_target=True, reduction="batchmean") / x.size(1)  # KL(p || q) per token
-                loss = (1 - distill) * loss + distill * kl
+                if args.distill_loss == "kl":
+                    d = F.kl_div(F.log_softmax(logits.float(), -1), F.log_softmax(p_logits.float(), -1),
+                                 log_target=True, reduction="batchmean") / x.size(1)  # KL(p || q) per token
+                else:  # acceptance at T=1 is sum_x min(p, q) = 1 - TV(p, q): minimise TV itself (per token)
+                    d = 0.5 * (F.softmax(logits.float(), -1) - F.softmax(p_logits.float(), -1)).abs().sum(-1).mean()
+                loss = (1 - distill) * loss + distill * d
         return loss
 
     @torch.no_grad()
@@ -173,7 +192,8 @@ def train_one(role, args, splits, tok, corpus_desc):
 
     def checkpoint(it, losses):
         meta = {"tokenizer": tok.meta, "corpus": corpus_desc, "role": role, "iter": it, "train_loss": losses["train"],
-                "val_loss": losses["val"], "hparams": h, "distill": distill, "seed": args.seed,
+                "val_loss": losses["val"], "hparams": h, "distill": distill,
+                "distill_loss": args.distill_loss if distill else None, "init": args.init, "seed": args.seed,
                 "device": device, "train_seconds": round(elapsed, 1)}
         save_checkpoint(path, raw_model, meta, dtype=torch.float16)
         tmp = path + ".resume.tmp"

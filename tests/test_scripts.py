@@ -114,3 +114,32 @@ def test_theorem_3_8_prediction_and_alpha_estimate():
 def test_bench_costs_leave_out_the_prompt_read():
     from bench import steady
     assert steady([9.0, 1.0, 2.0]) == 1.5  # the first forward reads the prompt: not a decoding step
+
+
+def mean_tv(target, draft, ids):  # mean over positions of TV(p, q) = 1 - acceptance at T=1
+    with torch.no_grad():
+        p, q = target(ids)[0].softmax(-1), draft(ids)[0].softmax(-1)
+    return 0.5 * (p - q).abs().sum(-1).mean().item()
+
+
+def test_tv_distillation_from_an_init_draft_lowers_the_total_variation(pair, tmp_path):
+    tmp, corpus = pair
+    target, _ = load_checkpoint(str(tmp / "target.pt"))
+    before, _ = load_checkpoint(str(tmp / "draft.pt"))
+    train_draft.main(["--corpus", str(corpus), "--role", "draft", "--out_dir", str(tmp_path), "--max_iters", "30",
+                      "--data_dir", str(tmp / "data"), *TINY, "--lr", "3e-3", "--distill", "1.0",
+                      "--distill_loss", "tv", "--init", str(tmp / "draft.pt"), "--target", str(tmp / "target.pt")])
+    after, meta = load_checkpoint(str(tmp_path / "draft.pt"))
+    assert meta["distill_loss"] == "tv" and meta["init"] == str(tmp / "draft.pt")
+    ids = torch.tensor([list(range(16))]) % target.config.vocab_size
+    assert mean_tv(target, after, ids) < mean_tv(target, before, ids)
+
+
+def test_init_from_a_checkpoint_of_another_shape_is_refused(pair, tmp_path):
+    tmp, corpus = pair
+    with pytest.raises(SystemExit, match="differs from this run"):
+        train_draft.main(["--corpus", str(corpus), "--role", "draft", "--out_dir", str(tmp_path), "--max_iters", "2",
+                          "--data_dir", str(tmp / "data"), *TINY, "--n_embd", "8", "--init", str(tmp / "draft.pt")])
+    with pytest.raises(SystemExit, match="--init"):
+        train_draft.main(["--corpus", str(corpus), "--role", "draft", "--out_dir", str(tmp_path), "--max_iters", "2",
+                          "--data_dir", str(tmp / "data"), *TINY, "--init", str(tmp_path / "missing.pt")])
