@@ -11,7 +11,7 @@ forward, and a modified rejection step keeps or replaces them. A round emits 1..
 exactly as sampling from the target alone (Leviathan et al., Appendix A.1; the tests enumerate every branch).
 
 Both samplers condition position t on the window x[s(t):t] (see context_start) and use KV caches (model.py).
-What it leaves out: batches (B > 1), tree-shaped drafts, adaptive K.
+What it leaves out: batches (B > 1), tree-shaped drafts. k="auto" (choosing K per round) lives in choose_k.py.
 """
 
 import time
@@ -19,6 +19,8 @@ from dataclasses import dataclass, field
 
 import torch
 from torch.nn import functional as F
+
+from choose_k import AutoK
 
 
 @dataclass
@@ -113,7 +115,7 @@ class CachedModel:
 
     def __init__(self, model, device):
         self.model, self.device, self.W = model, device, model.config.block_size
-        self.start, self.times = 0, []  # times: seconds of each forward
+        self.start, self.forwards = 0, []  # (tokens fed, seconds) of each forward
         model.reset_cache()
 
     def logits(self, tokens, t, n):  # -> (n, V): position t+i predicted from x[s(t):t+i], for i < n
@@ -129,8 +131,10 @@ class CachedModel:
         logits = logits[0, -n:]  # (n, V)
         if self.device.type == "cuda":
             torch.cuda.synchronize()  # honest timings: wait for the GPU
-        self.times.append(time.perf_counter() - tic)
+        self.forwards.append((new.size(1), time.perf_counter() - tic))
         return logits
+
+    times = property(lambda self: [s for _, s in self.forwards])  # seconds of each forward
 
     def rollback(self, t):
         """Forget cached tokens from position t on (rejected draft tokens). O(1): model.crop moves a counter."""
@@ -186,8 +190,10 @@ def speculative_round(target, draft, tokens, k, probs, generator):
 @torch.no_grad()
 def speculative_generate(target, draft, idx, max_new_tokens, k=4, temperature=1.0, top_k=None, top_p=None,
                          generator=None, stream=None):
-    """idx (1, T) -> (idx (1, T + max_new_tokens), Stats), distributed exactly as autoregressive_generate(target)."""
+    """idx (1, T) -> (idx (1, T + max_new_tokens), Stats), distributed exactly as autoregressive_generate(target).
+    k: drafts per round, an int, or "auto" (or an AutoK object) to choose it before each round (choose_k.py)."""
     tokens = check_inputs(target, draft, idx, max_new_tokens, k, temperature, top_k, top_p)
+    auto = AutoK() if k == "auto" else k if isinstance(k, AutoK) else None
     stats, tic = Stats(), time.perf_counter()
     tgt, drf = CachedModel(target, idx.device), CachedModel(draft, idx.device)
     end = len(tokens) + max_new_tokens
@@ -197,8 +203,12 @@ def speculative_generate(target, draft, idx, max_new_tokens, k=4, temperature=1.
         # subtle: a round emits up to K+1 tokens at positions t..t+K: it must stop at max_new_tokens and must not
         # cross a change of the target's s(t), whose one forward scores them all. (The draft, one token per
         # forward, re-fills its cache wherever its own window slides.)
-        K = min(k, end - 1 - t, window_end(t, tgt.W) - t)
+        limit = min(end - 1 - t, window_end(t, tgt.W) - t)
+        K = auto.choose(limit) if auto else min(k, limit)  # auto: from earlier rounds only, so still exact
+        n_tgt, n_drf = len(tgt.forwards), len(drf.forwards)
         kept = speculative_round(tgt, drf, tokens, K, probs, generator)
+        if auto:  # what this round measured: acceptance, and (tokens fed, seconds) of its forwards
+            auto.update(K, kept, drf.forwards[n_drf:], tgt.forwards[n_tgt:])
         stats.rounds.append((t, K, kept))
         if stream:
             stream(tokens[t:])
@@ -221,8 +231,9 @@ def check_inputs(target, draft, idx, max_new_tokens, k, temperature, top_k, top_
         raise ValueError("the prompt is empty: give at least one token (e.g. a newline) to condition on")
     if not isinstance(max_new_tokens, int) or max_new_tokens < 0:
         raise ValueError(f"max_new_tokens must be an int >= 0, got {max_new_tokens!r}")
-    if not isinstance(k, int) or k < 1:
-        raise ValueError(f"k (draft tokens per round) must be an int >= 1, got {k!r}")
+    if not (isinstance(k, AutoK) or (isinstance(k, str) and k == "auto")
+            or (isinstance(k, int) and not isinstance(k, bool) and k >= 1)):
+        raise ValueError(f"k (draft tokens per round) must be an int >= 1 or 'auto', got {k!r}")
     if temperature < 0:
         raise ValueError(f"temperature must be >= 0 (0 means greedy), got {temperature}")
     if top_k is not None and (not isinstance(top_k, int) or top_k < 1):

@@ -14,6 +14,7 @@ import pytest
 import torch
 
 import speculative
+from choose_k import AutoK
 from speculative import autoregressive_generate, context_start, sampling_probs, speculative_generate
 from tests.conftest import TableModel
 
@@ -85,6 +86,33 @@ def test_speculative_output_distribution_equals_target_exactly(k, n, sampling, w
     idx = torch.tensor([prompt])
     run = lambda: speculative_generate(target, draft, idx, n, k=k, **sampling)[0][0, len(prompt):].tolist()
     assert_same_distribution(enumerate_branches(run, monkeypatch), target_joint(target, prompt, n, **sampling))
+
+
+class ScriptedK(AutoK):
+    """K for each round from the branch's own past: 1 + (drafts kept so far) % 3, so K changes between rounds."""
+
+    def choose(self, limit):
+        self.chosen.append(1 + self.kept % 3)
+        return min(self.chosen[-1], limit)
+
+
+@pytest.mark.parametrize("chooser,n,sampling,w_target", [
+    (lambda: ScriptedK(), 5, dict(temperature=1.0), 8),
+    (lambda: ScriptedK(), 5, dict(temperature=0.8, top_p=0.8), 4),  # and the window slides
+    (lambda: AutoK(k_max=4, k_first=1, costs=(0.3, lambda K: 1 + 0.05 * K)), 5, dict(temperature=1.0), 8),
+])
+def test_k_chosen_from_earlier_rounds_keeps_the_output_exact(chooser, n, sampling, w_target, monkeypatch):
+    target, draft = TableModel(seed=0, block_size=w_target), TableModel(seed=1, block_size=8)
+    prompt, ks_seen = [2, 0], set()
+
+    def run():
+        k = chooser()
+        out = speculative_generate(target, draft, torch.tensor([prompt]), n, k=k, **sampling)[0][0, len(prompt):]
+        ks_seen.add(tuple(k.chosen))
+        return out.tolist()
+
+    assert_same_distribution(enumerate_branches(run, monkeypatch), target_joint(target, prompt, n, **sampling))
+    assert any(len(set(ks)) > 1 for ks in ks_seen), "the history should make K change between rounds"
 
 
 def test_plain_sampling_distribution_equals_target_exactly(monkeypatch):

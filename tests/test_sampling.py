@@ -90,6 +90,10 @@ def test_models_in_train_mode_are_switched_to_eval():
 
 @pytest.mark.parametrize("kwargs,message", [
     (dict(k=0), "k .draft tokens"),
+    (dict(k=-1), "must be an int >= 1 or 'auto'"),
+    (dict(k="fast"), "must be an int >= 1 or 'auto'"),
+    (dict(k=2.5), "must be an int >= 1 or 'auto'"),
+    (dict(k=True), "must be an int >= 1 or 'auto'"),
     (dict(temperature=-1.0), "temperature must be >= 0"),
     (dict(top_k=0), "top_k"),
     (dict(top_p=0.0), "top_p"),

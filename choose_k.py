@@ -1,0 +1,102 @@
+"""
+Choosing K, the number of draft tokens per round, from what the earlier rounds measured: k="auto".
+
+Source: Leviathan et al. 2023 (arXiv:2211.17192), Theorem 3.8 and Section 3.5 ("the optimal gamma"). With a
+per-token acceptance rate a, a round of K drafts emits on average (1 - a^(K+1)) / (1 - a) tokens and costs K
+draft steps plus one target forward over K+1 tokens. In units of one target step that is K*c + v(K), with
+c = draft step / target step and v(K) = (K+1)-token target forward / target step. So the speedup of K is
+
+    (1 - a^(K+1)) / ((1 - a) (K c + v(K)))
+
+and the best K is its argmax. a, c and v differ by model pair, prompt and machine (the same pair has its best
+K at 4 on one 2-core CPU and 7 on another), so AutoK estimates all three from the rounds so far:
+  a     kept / (kept + rejections) over the rounds so far (plus one pseudo-count of each, so it starts at 0.5)
+  c, v  the median seconds of recent draft steps and of recent target forwards of each width, with a straight
+        line through the target's widths (v grows with K on a CPU): widths never measured are guessed from it,
+        and while only one width is known every width is assumed to cost the same -- optimism that makes it
+        try a longer K, measure it, and come back if that was wrong.
+Only the target's ratio matters, so the one-token target step, which speculative sampling never runs, cancels
+out: the argmax of (1 - a^(K+1)) / ((1 - a) (K t_draft + t_target(K+1))) is the same K.
+
+Why this stays exact: K for a round is fixed before the round starts, from the past only (earlier tokens,
+earlier accept/reject outcomes, clock readings). Given the past, the round is an ordinary Algorithm 2 round,
+whose every emitted token is distributed as the target's next token whatever K is; by induction over the
+rounds so is the whole output. What would break it: choosing K with this round's draws in view, e.g. redoing a
+round with another K after seeing how many drafts were kept. (tests/test_exact_enumeration.py runs a history
+in which K changes from round to round down every branch and gets the target's distribution.)
+
+What it leaves out: K per position from the draft's own confidence (also lossless, e.g. SpecDec++), and
+costs shared between calls unless you pass the same AutoK object to each (k=AutoK()).
+Note: with measured costs, K depends on the clock, so the same seed need not give the same tokens twice. The
+distribution is exact either way; pass an int k (or fixed `costs`) for bit-reproducible runs.
+"""
+
+import statistics
+from collections import defaultdict, deque
+
+
+class AutoK:
+    """k="auto": before each round, K = argmax of Theorem 3.8 with the acceptance and costs measured so far.
+
+    AutoK(k_max=16, k_first=4, costs=None). costs=(c, v) fixes c and a function v(K) instead of measuring
+    (deterministic: for tests and what-ifs). Pass one object as k= to several calls to keep what it learned.
+    """
+
+    def __init__(self, k_max=16, k_first=4, costs=None, recent=32):
+        if not isinstance(k_max, int) or isinstance(k_max, bool) or k_max < 1:
+            raise ValueError(f"AutoK: k_max must be an int >= 1, got {k_max!r}")
+        if not isinstance(k_first, int) or isinstance(k_first, bool) or not 1 <= k_first <= k_max:
+            raise ValueError(f"AutoK: k_first must be an int in [1, k_max={k_max}], got {k_first!r}")
+        if costs is not None and not (len(costs) == 2 and costs[0] >= 0 and callable(costs[1])):
+            raise ValueError("AutoK: costs must be (c, v) with c >= 0 and v a function K -> v(K), e.g. (0.1, lambda K: 1.0)")
+        self.k_max, self.k_first, self.costs = k_max, k_first, costs
+        self.kept, self.rejections = 0, 0
+        self.draft_s = deque(maxlen=recent)  # seconds of recent one-token draft steps
+        self.target_s = defaultdict(lambda: deque(maxlen=recent))  # width n -> seconds of recent n-token forwards
+        self.chosen = []  # K chosen before each round (before clipping to the tokens and window left)
+
+    @property
+    def alpha(self):
+        return (self.kept + 1) / (self.kept + self.rejections + 2)
+
+    def round_cost(self):  # -> K -> seconds (or target steps) of a round with K drafts, or None if not known yet
+        if self.costs is not None:
+            c, v = self.costs
+            return lambda K: K * c + v(K)
+        if not self.draft_s or not self.target_s:
+            return None
+        t_draft = statistics.median(self.draft_s)
+        widths = {n: statistics.median(s) for n, s in self.target_s.items()}  # width -> median seconds
+        weights = {n: len(s) for n, s in self.target_s.items()}
+        if len(widths) == 1:  # one width known: assume every width costs as much (optimism, then measure)
+            slope, n0, t0 = 0.0, *next(iter(widths.items()))
+        else:  # weighted least squares t(n) = t0 + slope (n - n0), slope >= 0
+            total = sum(weights.values())
+            n0 = sum(n * w for n, w in weights.items()) / total
+            t0 = sum(widths[n] * w for n, w in weights.items()) / total
+            var = sum(w * (n - n0) ** 2 for n, w in weights.items())
+            slope = max(0.0, sum(w * (n - n0) * (widths[n] - t0) for n, w in weights.items()) / var)
+        return lambda K: K * t_draft + max(t0 + slope * (K + 1 - n0), 1e-9)
+
+    def choose(self, limit):
+        """-> K in [0, limit]: the draft length for the next round (limit: tokens and window left, at most k_max)."""
+        limit = min(limit, self.k_max)
+        cost = self.round_cost()
+        if cost is None:
+            K = self.k_first  # nothing measured yet (the first forwards read the prompt)
+        else:
+            a = min(self.alpha, 1 - 1e-9)
+            K = max(range(1, self.k_max + 1), key=lambda K: (1 - a ** (K + 1)) / (1 - a) / cost(K))
+        self.chosen.append(K)
+        return min(K, limit)
+
+    def update(self, K, kept, draft_forwards, target_forwards):
+        """After a round with K drafts of which `kept` were kept; forwards: [(tokens fed, seconds)] of that round."""
+        self.kept += kept
+        self.rejections += kept < K
+        # subtle: only decoding forwards measure c and v. A draft step feeds 1 token (2 after a round whose drafts
+        # were all kept); a target forward K+1. Reading the prompt, or re-reading a slid window, feeds more.
+        self.draft_s.extend(s for n, s in draft_forwards if n <= 2)
+        steps = [s for n, s in target_forwards if n == K + 1]
+        if steps:
+            self.target_s[K + 1].extend(steps)

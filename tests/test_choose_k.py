@@ -1,0 +1,98 @@
+"""choose_k.AutoK: K = argmax of Theorem 3.8 with the acceptance and costs measured so far."""
+
+import pytest
+import torch
+
+from choose_k import AutoK
+from speculative import autoregressive_generate, speculative_generate
+from tests.conftest import random_gpt
+
+
+def best_k(alpha, cost, k_max):  # brute force, written independently of AutoK
+    speedups = [(1 - alpha ** (K + 1)) / (1 - alpha) / cost(K) for K in range(1, k_max + 1)]
+    return 1 + speedups.index(max(speedups))
+
+
+def feed(auto, K, kept, draft_ms, target_ms):  # one round with fake clock readings
+    auto.update(K, kept, [(1, draft_ms / 1e3)] * K, [(K + 1, target_ms(K + 1) / 1e3)])
+
+
+@pytest.mark.parametrize("kept,rejections", [(0, 5), (8, 8), (40, 6), (200, 3)])
+def test_fixed_costs_give_the_argmax_of_theorem_3_8(kept, rejections):
+    v = lambda K: 1 + 0.08 * K
+    auto = AutoK(k_max=12, costs=(0.1, v))
+    auto.kept, auto.rejections = kept, rejections
+    assert auto.choose(12) == best_k(auto.alpha, lambda K: 0.1 * K + v(K), 12)
+
+
+def test_more_acceptance_or_cheaper_drafts_mean_longer_rounds():
+    ks = []
+    for c in (0.5, 0.1, 0.02):
+        auto = AutoK(k_max=16, costs=(c, lambda K: 1.0))
+        auto.kept, auto.rejections = 80, 20
+        ks.append(auto.choose(16))
+    assert ks[0] < ks[1] < ks[2]
+
+
+def test_measured_costs_find_the_best_k_of_the_true_costs():
+    true_target = lambda n: 5.0 + 0.6 * n  # ms: a CPU whose wide forwards cost more (v grows with K)
+    auto = AutoK(k_max=16, k_first=4)
+    assert auto.choose(16) == 4  # nothing measured yet
+    K = 4
+    for r in range(40):  # alternate kept/rejected so alpha stays ~0.8
+        kept = K if r % 5 else K - 1
+        feed(auto, K, kept, 0.5, true_target)
+        K = auto.choose(16)
+    want = best_k(auto.alpha, lambda K: K * 0.5 + true_target(K + 1), 16)
+    assert K == want, (K, want, auto.chosen)
+
+
+def test_one_measured_width_is_extrapolated_optimistically():
+    auto = AutoK(k_max=16, k_first=2)
+    feed(auto, 2, 2, 0.5, lambda n: 8.0)  # every drafted token kept: alpha high
+    feed(auto, 2, 2, 0.5, lambda n: 8.0)
+    assert auto.choose(16) > 2, "with one width known, it should try a longer K"
+
+
+def test_prompt_reads_and_window_refills_are_not_costs():
+    auto = AutoK()
+    auto.update(4, 2, [(64, 1.0), (1, 0.001), (2, 0.001)], [(69, 1.0)])  # the prompt: 64 and 69 tokens fed
+    assert list(auto.draft_s) == [0.001, 0.001] and not auto.target_s
+    assert auto.round_cost() is None and auto.choose(16) == auto.k_first
+
+
+def test_choice_respects_the_limit_and_zero():
+    auto = AutoK(costs=(0.01, lambda K: 1.0))
+    auto.kept = 1000
+    assert auto.choose(3) == 3 and auto.choose(0) == 0
+
+
+@pytest.mark.parametrize("kwargs,message", [
+    (dict(k_max=0), "k_max"), (dict(k_first=0), "k_first"), (dict(k_max=4, k_first=5), "k_first"),
+    (dict(costs=(0.1, 1.0)), "costs must be"),
+])
+def test_bad_autok_arguments_get_clear_errors(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        AutoK(**kwargs)
+
+
+def test_auto_greedy_equals_plain_greedy_and_k_varies():
+    target = random_gpt(0, vocab_size=11, block_size=16, sharpness=3.0)
+    draft = random_gpt(1, vocab_size=11, block_size=12, n_layer=1, n_head=1, n_embd=8, sharpness=3.0)
+    idx = torch.tensor([[3, 1, 4, 1, 5]])
+    plain, _ = autoregressive_generate(target, idx, 60, temperature=0)
+    auto = AutoK()
+    spec, stats = speculative_generate(target, draft, idx, 60, k=auto, temperature=0)
+    assert torch.equal(plain, spec)
+    assert len(auto.chosen) == len(stats.rounds) and all(1 <= K <= auto.k_max for K in auto.chosen)
+    spec2, _ = speculative_generate(target, draft, idx, 60, k="auto", temperature=0)
+    assert torch.equal(plain, spec2)
+
+
+def test_an_autok_object_keeps_what_it_learned_across_calls(gpt_pair):
+    target, draft = gpt_pair
+    auto = AutoK()
+    speculative_generate(target, draft, torch.tensor([[1, 2]]), 30, k=auto)
+    seen = auto.kept + auto.rejections
+    speculative_generate(target, draft, torch.tensor([[1, 2]]), 30, k=auto)
+    assert auto.kept + auto.rejections > seen > 0 and auto.round_cost() is not None
