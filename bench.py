@@ -30,7 +30,7 @@ import torch
 
 import data
 from hf import GPT2_NAMES  # pretrained GPT-2 through transformers (optional; imported only when used)
-from sample import load
+from sample import load, parse_k
 from speculative import autoregressive_generate, speculative_generate
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -44,7 +44,8 @@ def get_args(argv=None):
                     help="draft checkpoint or GPT-2 name (default: checkpoints/draft.pt, or gpt2 with --init_from)")
     ap.add_argument("--init_from", default=None, choices=GPT2_NAMES,
                     help="target = pretrained GPT-2 via transformers (cached or downloadable) instead of --target")
-    ap.add_argument("--k", default="1,2,3,4,5,6,7,8", help="comma-separated draft lengths")
+    ap.add_argument("--k", default="1,2,3,4,5,6,7,8,auto",
+                    help="comma-separated draft lengths; auto chooses K before each round (choose_k.py)")
     ap.add_argument("--settings", default=",".join(SETTINGS), help=f"comma-separated, from {list(SETTINGS)}")
     ap.add_argument("--prompts", type=int, default=4, help="prompts, cut from the held-out text")
     ap.add_argument("--corpus", default="shakespeare", help="the prompts' text: the pair's corpus (data.py) or a file")
@@ -61,14 +62,14 @@ def get_args(argv=None):
                     help="also time transformers' assisted generation (generate(assistant_model=...)) on the exported pair")
     args = ap.parse_args(argv)
     try:
-        args.k = [int(k) for k in args.k.split(",")]
-    except ValueError:
-        ap.error("--k takes comma-separated integers, e.g. 1,2,4")
+        args.k = [parse_k(k) for k in args.k.split(",")]
+    except argparse.ArgumentTypeError as e:
+        ap.error(f"--k takes comma-separated ints >= 1 or auto, e.g. 1,2,4,auto: {e}")
     args.settings = args.settings.split(",")
     if any(s not in SETTINGS for s in args.settings):
         ap.error(f"--settings: choose from {list(SETTINGS)}")
-    if min(args.k) < 1 or args.prompts < 1 or args.repeats < 1 or args.max_new_tokens < 1:
-        ap.error("--k, --prompts, --repeats and --max_new_tokens must be >= 1")
+    if args.prompts < 1 or args.repeats < 1 or args.max_new_tokens < 1:
+        ap.error("--prompts, --repeats and --max_new_tokens must be >= 1")
     if args.draft is None:
         args.draft = "gpt2" if args.init_from else os.path.join(HERE, "checkpoints", "draft.pt")
     if args.init_from:
@@ -162,9 +163,11 @@ def main(argv=None):
             v = statistics.median(target_fwd[K]) / step
             plain, spec = statistics.median(plain_tps), statistics.median(spec_tps[K])
             emitted = sum(a + 1 for _, _, a in rounds[K])
+            ks = sorted(k for _, k, _ in rounds[K])  # for auto: the K of every round; predictions at their median
+            K_pred = K if K != "auto" else ks[len(ks) // 2]
             rows.append(dict(setting=name, K=K, plain_tps=plain, spec_tps=spec, speedup=spec / plain, alpha=alpha,
-                             tokens_per_call=emitted / len(rounds[K]), c=c, v=v,
-                             ideal=predicted(alpha, K, c), with_v=predicted(alpha, K, c, v)))
+                             tokens_per_call=emitted / len(rounds[K]), c=c, v=v, k_median=K_pred, k_min=ks[0],
+                             k_max=ks[-1], ideal=predicted(alpha, K_pred, c), with_v=predicted(alpha, K_pred, c, v)))
 
     print(f"target {args.target} ({target.num_params() / 1e6:.2f}M), draft {args.draft} ({draft.num_params() / 1e6:.2f}M); "
           f"{args.prompts} held-out prompts x {args.max_new_tokens} new tokens, median of {args.repeats}; "
@@ -175,6 +178,12 @@ def main(argv=None):
         print(f"| {r['setting']} | {r['K']} | {r['plain_tps']:.0f} | {r['spec_tps']:.0f} | {r['speedup']:.2f}x | "
               f"{r['alpha']:.3f} | {r['tokens_per_call']:.2f} | {r['c']:.3f} | {r['v']:.2f} | {r['ideal']:.2f}x | "
               f"{r['with_v']:.2f}x | {r['speedup'] / r['ideal']:.0%} | {r['speedup'] / r['with_v']:.0%} |")
+    for auto in (r for r in rows if r["K"] == "auto"):
+        fixed = [r for r in rows if r["setting"] == auto["setting"] and r["K"] != "auto"]
+        best = max(fixed, key=lambda r: r["speedup"]) if fixed else None
+        vs = f"; best fixed K = {best['K']}: {best['speedup']:.2f}x, auto / best = {auto['speedup'] / best['speedup']:.0%}" if best else ""
+        print(f"{auto['setting']}: auto {auto['speedup']:.2f}x (K per round: median {auto['k_median']}, "
+              f"{auto['k_min']}..{auto['k_max']}){vs}")
     if args.profile:
         profile(args, target, draft, prompts)
     hf_rows = compare_with_hf(args, target, draft, prompts) if args.hf else []
@@ -192,7 +201,8 @@ def profile(args, target, draft, prompts):
     import cProfile
     import pstats
     import sys
-    K, prompt, threads = args.k[0], prompts[0], torch.get_num_threads()
+    K = next((k for k in args.k if k != "auto"), 4)  # the first fixed K (4 if only auto was asked for)
+    prompt, threads = prompts[0], torch.get_num_threads()
 
     def forward_ms(model, n, repeats=50):  # median ms of a forward of n tokens after the prompt
         model.reset_cache()
@@ -238,7 +248,7 @@ def compare_with_hf(args, target, draft, prompts):
         sampling = SETTINGS[name]
         hf_kw = dict(do_sample=False) if sampling["temperature"] == 0 else dict(
             do_sample=True, temperature=sampling["temperature"], top_p=sampling.get("top_p", 1.0), top_k=0)
-        for K in args.k:
+        for K in (k for k in args.k if k != "auto"):  # HF's constant schedule needs a fixed K
             gc.num_assistant_tokens = K
             ours_tps, hf_tps, same = [], [], True
             for rep in range(args.repeats):

@@ -19,6 +19,7 @@ import torch
 from data import Tokenizer
 from model import load_checkpoint
 from hf import GPT2_NAMES  # pretrained GPT-2 through transformers (optional; imported only when used)
+from choose_k import AutoK
 from speculative import autoregressive_generate, speculative_generate
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -38,7 +39,10 @@ def get_args(argv=None):
     ap.add_argument("--temperature", type=float, default=0.8, help="0 = greedy")
     ap.add_argument("--top_k", type=int, default=None)
     ap.add_argument("--top_p", type=float, default=None)
-    ap.add_argument("--k", type=int, default=4, help="draft tokens per round")
+    ap.add_argument("--k", type=parse_k, default="auto",
+                    help="draft tokens per round: an int, or auto (chosen before each round from measured acceptance "
+                         "and costs, choose_k.py; the tokens then depend on timings, so --seed reproduces a run only "
+                         "with an int --k)")
     ap.add_argument("--seed", type=int, default=1337)
     ap.add_argument("--device", default="cpu", help="cpu, cuda, cuda:1, mps")
     args = ap.parse_args(argv)
@@ -50,11 +54,18 @@ def get_args(argv=None):
         ap.error("--top_k must be >= 1")
     if args.top_p is not None and not 0 < args.top_p <= 1:
         ap.error("--top_p must be in (0, 1]")
-    if args.k < 1:
-        ap.error("--k must be >= 1")
     if args.draft is None:
         args.draft = "gpt2" if args.init_from else os.path.join(HERE, "checkpoints", "draft.pt")
     return args
+
+
+def parse_k(text):
+    """--k: 'auto' or an int >= 1 (argparse turns the ValueError into a usage error)."""
+    if text == "auto":
+        return text
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"expected an int >= 1 or 'auto', got {text!r}")
+    return int(text)
 
 
 def read_prompt(start):
@@ -103,7 +114,9 @@ def main(argv=None):
     gen = torch.Generator(device=args.device).manual_seed(args.seed)
     sampling = dict(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, generator=gen)
 
+    k = AutoK() if args.k == "auto" else args.k  # one AutoK for all samples: what it measured carries over
     totals = dict(tokens=0, seconds=0.0, target_calls=0, drafted=0, accepted=0)
+    ks = []  # K of every round
     for i in range(args.num_samples):
         new = []
 
@@ -116,7 +129,8 @@ def main(argv=None):
         if draft is None:
             _, stats = autoregressive_generate(target, idx, args.max_new_tokens, stream=stream, **sampling)
         else:
-            _, stats = speculative_generate(target, draft, idx, args.max_new_tokens, k=args.k, stream=stream, **sampling)
+            _, stats = speculative_generate(target, draft, idx, args.max_new_tokens, k=k, stream=stream, **sampling)
+            ks += [K for _, K, _ in stats.rounds]
         print()
         totals["tokens"] += stats.new_tokens
         totals["seconds"] += stats.total_time
@@ -126,6 +140,8 @@ def main(argv=None):
 
     print("----------")
     mode = "plain sampling" if draft is None else f"speculative sampling, K={args.k}"
+    if draft is not None and args.k == "auto" and ks:
+        mode += f" (K per round: median {sorted(ks)[len(ks) // 2]}, {min(ks)}..{max(ks)})"
     line = (f"{mode}: {totals['tokens']} tokens in {totals['seconds']:.2f} s = "
             f"{totals['tokens'] / max(totals['seconds'], 1e-9):.0f} tokens/s; "
             f"{totals['tokens'] / max(totals['target_calls'], 1):.2f} tokens per target call")
