@@ -29,6 +29,7 @@ import time
 import torch
 
 import data
+from fast import DECODERS, with_decoder
 from hf import GPT2_NAMES  # pretrained GPT-2 through transformers (optional; imported only when used)
 from sample import load, parse_k
 from speculative import autoregressive_generate, speculative_generate
@@ -47,6 +48,9 @@ def get_args(argv=None):
     ap.add_argument("--k", default="1,2,3,4,5,6,7,8,auto",
                     help="comma-separated draft lengths; auto chooses K before each round (choose_k.py)")
     ap.add_argument("--settings", default=",".join(SETTINGS), help=f"comma-separated, from {list(SETTINGS)}")
+    ap.add_argument("--decoder", default="fast",
+                    help=f"comma-separated, from {list(DECODERS)}: how both samplers run the models (fast.py); "
+                         "fast-bf16 runs the target in bfloat16, plain sampling included")
     ap.add_argument("--prompts", type=int, default=4, help="prompts, cut from the held-out text")
     ap.add_argument("--corpus", default="shakespeare", help="the prompts' text: the pair's corpus (data.py) or a file")
     ap.add_argument("--prompt_len", type=int, default=64)
@@ -66,6 +70,9 @@ def get_args(argv=None):
     except argparse.ArgumentTypeError as e:
         ap.error(f"--k takes comma-separated ints >= 1 or auto, e.g. 1,2,4,auto: {e}")
     args.settings = args.settings.split(",")
+    args.decoder = args.decoder.split(",")
+    if any(d not in DECODERS for d in args.decoder):
+        ap.error(f"--decoder: choose from {list(DECODERS)}")
     if any(s not in SETTINGS for s in args.settings):
         ap.error(f"--settings: choose from {list(SETTINGS)}")
     if args.prompts < 1 or args.repeats < 1 or args.max_new_tokens < 1:
@@ -127,65 +134,69 @@ def main(argv=None):
         raise SystemExit("the draft and the target use different tokenizers")
     prompts = held_out_prompts(data.Tokenizer(tmeta["tokenizer"]), args.prompts, args.prompt_len, args.corpus)
     prompts = [p.to(args.device) for p in prompts]
+    pairs = {d: with_decoder(d, target, draft) for d in args.decoder}  # decoder -> (target, draft) as they run
     gen = torch.Generator(device=args.device)
     run = lambda fn, *a, seed, **kw: fn(*a, generator=gen.manual_seed(seed), **kw)[1]
-    # warm-up: allocate caches, fill the allocator, load kernels
-    run(autoregressive_generate, target, prompts[0], 16, seed=0)
-    run(speculative_generate, target, draft, prompts[0], 16, k=4, seed=0)
+    for t, d in pairs.values():  # warm-up: allocate caches, fill the allocator, load kernels
+        run(autoregressive_generate, t, prompts[0], 16, seed=0)
+        run(speculative_generate, t, d, prompts[0], 16, k=4, seed=0)
 
     rows = []
     for name in args.settings:
         sampling = SETTINGS[name]
-        plain_tps, spec_tps = [], {K: [] for K in args.k}
-        plain_step, draft_step, target_fwd, rounds = [], [], {K: [] for K in args.k}, {K: [] for K in args.k}
+        cols = [(dec, K) for dec in args.decoder for K in [0] + args.k]  # K = 0: plain sampling
+        tps, rounds, fwd = {col: [] for col in cols}, {col: [] for col in cols}, {col: [] for col in cols}
+        draft_step = {dec: [] for dec in args.decoder}
         for rep in range(args.repeats):
-            # interleaved as finely as possible: each prompt runs plainly, then with every K, before the next
-            # prompt, so a slow spell of a shared machine hits all of them alike
-            seconds, tokens = {K: 0.0 for K in [0] + args.k}, {K: 0 for K in [0] + args.k}  # K = 0: plain
+            # interleaved as finely as possible: each prompt runs plainly, then with every K (and every decoder),
+            # before the next prompt, so a slow spell of a shared machine hits all of them alike
+            seconds, tokens = {col: 0.0 for col in cols}, {col: 0 for col in cols}
             for i, prompt in enumerate(prompts):
-                s = run(autoregressive_generate, target, prompt, args.max_new_tokens, seed=1000 * rep + i, **sampling)
-                seconds[0], tokens[0] = seconds[0] + s.total_time, tokens[0] + s.new_tokens
-                plain_step.append(steady(s.target_times))
-                for K in args.k:
-                    s = run(speculative_generate, target, draft, prompt, args.max_new_tokens, k=K,
-                            seed=1000 * rep + i, **sampling)
-                    seconds[K], tokens[K] = seconds[K] + s.total_time, tokens[K] + s.new_tokens
-                    draft_step.append(steady(s.draft_times))
-                    target_fwd[K].append(steady(s.target_times))
-                    rounds[K] += s.rounds
-            plain_tps.append(tokens[0] / seconds[0])
+                for dec, K in cols:
+                    t, d = pairs[dec]
+                    s = (run(autoregressive_generate, t, prompt, args.max_new_tokens, seed=1000 * rep + i, **sampling)
+                         if K == 0 else run(speculative_generate, t, d, prompt, args.max_new_tokens, k=K,
+                                            seed=1000 * rep + i, **sampling))
+                    seconds[dec, K], tokens[dec, K] = seconds[dec, K] + s.total_time, tokens[dec, K] + s.new_tokens
+                    fwd[dec, K].append(steady(s.target_times))
+                    rounds[dec, K] += s.rounds
+                    if K != 0:
+                        draft_step[dec].append(steady(s.draft_times))
+            for col in cols:
+                tps[col].append(tokens[col] / seconds[col])
+        for dec in args.decoder:
+            step = statistics.median(fwd[dec, 0])  # one target step, from plain sampling
+            c = statistics.median(draft_step[dec]) / step
+            plain = statistics.median(tps[dec, 0])
             for K in args.k:
-                spec_tps[K].append(tokens[K] / seconds[K])
-        step = statistics.median(plain_step)
-        c = statistics.median(draft_step) / step
-        for K in args.k:
-            alpha = alpha_from_rounds(rounds[K])
-            v = statistics.median(target_fwd[K]) / step
-            plain, spec = statistics.median(plain_tps), statistics.median(spec_tps[K])
-            emitted = sum(a + 1 for _, _, a in rounds[K])
-            ks = sorted(k for _, k, _ in rounds[K])  # for auto: the K of every round; predictions at their median
-            K_pred = K if K != "auto" else ks[len(ks) // 2]
-            rows.append(dict(setting=name, K=K, plain_tps=plain, spec_tps=spec, speedup=spec / plain, alpha=alpha,
-                             tokens_per_call=emitted / len(rounds[K]), c=c, v=v, k_median=K_pred, k_min=ks[0],
-                             k_max=ks[-1], ideal=predicted(alpha, K_pred, c), with_v=predicted(alpha, K_pred, c, v)))
+                alpha = alpha_from_rounds(rounds[dec, K])
+                v = statistics.median(fwd[dec, K]) / step
+                spec = statistics.median(tps[dec, K])
+                emitted = sum(a + 1 for _, _, a in rounds[dec, K])
+                ks = sorted(k for _, k, _ in rounds[dec, K])  # for auto: the K of every round; predict at the median
+                K_pred = K if K != "auto" else ks[len(ks) // 2]
+                rows.append(dict(setting=name, K=K, decoder=dec, plain_tps=plain, spec_tps=spec, speedup=spec / plain,
+                                 alpha=alpha, tokens_per_call=emitted / len(rounds[dec, K]), c=c, v=v, k_median=K_pred,
+                                 k_min=ks[0], k_max=ks[-1], ideal=predicted(alpha, K_pred, c),
+                                 with_v=predicted(alpha, K_pred, c, v)))
 
     print(f"target {args.target} ({target.num_params() / 1e6:.2f}M), draft {args.draft} ({draft.num_params() / 1e6:.2f}M); "
           f"{args.prompts} held-out prompts x {args.max_new_tokens} new tokens, median of {args.repeats}; "
           f"device {args.device}; {machine()}")
-    print("| setting | K | plain tok/s | spec tok/s | speedup | alpha | tok/call | c | v | ideal (Thm 3.8) | with v | measured/ideal | measured/with v |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    print("| setting | K | decoder | plain tok/s | spec tok/s | speedup | alpha | tok/call | c | v | ideal (Thm 3.8) | with v | measured/ideal | measured/with v |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
-        print(f"| {r['setting']} | {r['K']} | {r['plain_tps']:.0f} | {r['spec_tps']:.0f} | {r['speedup']:.2f}x | "
+        print(f"| {r['setting']} | {r['K']} | {r['decoder']} | {r['plain_tps']:.0f} | {r['spec_tps']:.0f} | {r['speedup']:.2f}x | "
               f"{r['alpha']:.3f} | {r['tokens_per_call']:.2f} | {r['c']:.3f} | {r['v']:.2f} | {r['ideal']:.2f}x | "
               f"{r['with_v']:.2f}x | {r['speedup'] / r['ideal']:.0%} | {r['speedup'] / r['with_v']:.0%} |")
     for auto in (r for r in rows if r["K"] == "auto"):
-        fixed = [r for r in rows if r["setting"] == auto["setting"] and r["K"] != "auto"]
+        fixed = [r for r in rows if (r["setting"], r["decoder"]) == (auto["setting"], auto["decoder"]) and r["K"] != "auto"]
         best = max(fixed, key=lambda r: r["speedup"]) if fixed else None
         vs = f"; best fixed K = {best['K']}: {best['speedup']:.2f}x, auto / best = {auto['speedup'] / best['speedup']:.0%}" if best else ""
-        print(f"{auto['setting']}: auto {auto['speedup']:.2f}x (K per round: median {auto['k_median']}, "
+        print(f"{auto['setting']}, {auto['decoder']}: auto {auto['speedup']:.2f}x (K per round: median {auto['k_median']}, "
               f"{auto['k_min']}..{auto['k_max']}){vs}")
     if args.profile:
-        profile(args, target, draft, prompts)
+        profile(args, *pairs[args.decoder[0]], prompts)
     hf_rows = compare_with_hf(args, target, draft, prompts) if args.hf else []
     if args.json:
         with open(args.json, "w") as fh:

@@ -20,6 +20,7 @@ from data import Tokenizer
 from model import load_checkpoint
 from hf import GPT2_NAMES  # pretrained GPT-2 through transformers (optional; imported only when used)
 from choose_k import AutoK
+from fast import DECODERS, with_decoder
 from speculative import autoregressive_generate, speculative_generate
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -43,6 +44,9 @@ def get_args(argv=None):
                     help="draft tokens per round: an int, or auto (chosen before each round from measured acceptance "
                          "and costs, choose_k.py; the tokens then depend on timings, so --seed reproduces a run only "
                          "with an int --k)")
+    ap.add_argument("--decoder", choices=DECODERS, default="fast",
+                    help="how both samplers run the models: fast (fast.py, same logits, less Python per step), eager "
+                         "(model.py), or fast-bf16 (a bfloat16 target: cheaper wide forwards on CPUs with bf16 units)")
     ap.add_argument("--seed", type=int, default=1337)
     ap.add_argument("--device", default="cpu", help="cpu, cuda, cuda:1, mps")
     args = ap.parse_args(argv)
@@ -110,6 +114,7 @@ def main(argv=None):
         raise SystemExit(f"--start: {e}") from e
     if not prompt:
         raise SystemExit("--start is empty: give at least one character, e.g. --start $'\\n'")
+    target, draft = with_decoder(args.decoder, target, draft)
     idx = torch.tensor([prompt], dtype=torch.long, device=args.device)
     gen = torch.Generator(device=args.device).manual_seed(args.seed)
     sampling = dict(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, generator=gen)
@@ -147,7 +152,7 @@ def main(argv=None):
             f"{totals['tokens'] / max(totals['target_calls'], 1):.2f} tokens per target call")
     if draft is not None and totals["drafted"]:
         line += f"; acceptance rate {totals['accepted'] / totals['drafted']:.3f}"
-    print(line + f" ({args.device}, temperature {args.temperature}, top_k {args.top_k}, top_p {args.top_p})")
+    print(line + f" ({args.device}, {args.decoder}, temperature {args.temperature}, top_k {args.top_k}, top_p {args.top_p})")
 
 
 if __name__ == "__main__":

@@ -87,6 +87,9 @@ def test_bad_k_is_a_usage_error(pair, k, capsys):
     with pytest.raises(SystemExit):
         bench.get_args(["--k", f"4,{k}"])
     assert "--k takes comma-separated ints >= 1 or auto" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        bench.get_args(["--decoder", "fast,turbo"])
+    assert "--decoder: choose from" in capsys.readouterr().err
 
 
 def test_sample_defaults_to_auto_k_and_reports_the_ks_it_chose(pair, capsys):
@@ -112,14 +115,14 @@ def test_bench_prints_a_row_per_setting_and_k(pair, capsys, tmp_path):
     import bench
     tmp, corpus = pair
     bench.main(["--target", str(tmp / "target.pt"), "--draft", str(tmp / "draft.pt"), "--corpus", str(corpus),
-                "--k", "1,3,auto", "--settings", "t0,t1.0", "--prompts", "1",
+                "--k", "1,3,auto", "--settings", "t0,t1.0", "--decoder", "eager,fast", "--prompts", "1",
                 "--prompt_len", "8", "--max_new_tokens", "8", "--repeats", "1", "--json", str(tmp_path / "b.json"),
                 "--profile"])
     out = capsys.readouterr().out
     rows = [line for line in out.splitlines() if line.startswith("| t")]
-    assert [r.split(" | ")[:2] for r in rows] == [["| t0", "1"], ["| t0", "3"], ["| t0", "auto"],
-                                                  ["| t1.0", "1"], ["| t1.0", "3"], ["| t1.0", "auto"]]
-    assert "t1.0: auto " in out and "best fixed K = " in out
+    assert [r.split(" | ")[:3] for r in rows] == [[f"| {s}", k, dec] for s in ("t0", "t1.0") for dec in ("eager", "fast")
+                                                  for k in ("1", "3", "auto")]
+    assert "t1.0, fast: auto " in out and "best fixed K = " in out
     assert "2 thread(s): target 1 token" in out and "cProfile of speculative_generate, K=1, t0" in out
     assert (tmp_path / "b.json").exists()
 

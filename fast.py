@@ -1,0 +1,95 @@
+"""
+A faster decoding path for model.GPT, kept beside the readable one and tested against it (tests/test_fast.py).
+
+FastGPT(model) computes exactly what model(idx, use_cache=True) computes, for speculative_generate and
+autoregressive_generate alike, with less Python per step. A one-token step of a small model is dispatch-bound:
+its time goes to the fixed cost of each operation and each nn.Module call, not to arithmetic (bench.py
+--profile). So FastGPT
+  - keeps every layer's weights in a plain tuple and calls torch.nn.functional directly (no module calls, no
+    attribute lookups through nn.Module.__getattr__),
+  - keeps the KV cache as two preallocated tensors per layer, written in place, and
+  - builds the causal mask of a wide forward by one comparison with a precomputed position table.
+FastGPT(model, dtype=torch.bfloat16) also stores the weights in bfloat16 (opt-in): on CPUs with bf16 matrix
+instructions (AVX512-BF16, AMX) the target's (K+1)-token forward gets cheaper, i.e. v falls, but the logits
+change slightly, so it is another target: compare it with plain sampling from the same FastGPT.
+
+What it leaves out (tried, measured, dropped; numbers in the README): torch.compile of the step (on this CPU it
+took 70 s to compile and was no faster than this file), batches (B > 1), and training (use model.GPT).
+"""
+
+import torch
+import torch.nn as nn
+from torch.nn import functional as F
+
+
+class FastGPT(nn.Module):
+    """model.GPT's cached decoding, with the interface speculative.py uses: config, reset_cache, crop, cache_len,
+    forward(idx, use_cache=True) -> (logits (1, T, V), None). Without use_cache it runs the wrapped model."""
+
+    def __init__(self, model, dtype=torch.float32):
+        super().__init__()
+        self.model, self.config, self.dtype = model, model.config, dtype
+        if not model.config.bias:
+            raise ValueError("FastGPT needs a model with biases (GPTConfig(bias=True)); use the model itself otherwise")
+        w = lambda t: t.detach().to(dtype)
+        self.layers = [tuple(w(t) for t in (b.ln_1.weight, b.ln_1.bias, b.attn.c_attn.weight, b.attn.c_attn.bias,
+                                            b.attn.c_proj.weight, b.attn.c_proj.bias, b.ln_2.weight, b.ln_2.bias,
+                                            b.mlp.c_fc.weight, b.mlp.c_fc.bias, b.mlp.c_proj.weight, b.mlp.c_proj.bias))
+                       for b in model.transformer.h]
+        tr = model.transformer
+        self.wte, self.wpe, self.ln_f = w(tr.wte.weight), w(tr.wpe.weight), (w(tr.ln_f.weight), w(tr.ln_f.bias))
+        self.positions = torch.arange(self.config.block_size, device=self.wte.device)  # (W,)
+        self.reset_cache()
+
+    def reset_cache(self, batch_size=1):
+        assert batch_size == 1, "FastGPT decodes one sequence at a time (B=1)"
+        nh, W, C = self.config.n_head, self.config.block_size, self.config.n_embd
+        self.k = [torch.zeros(1, nh, W, C // nh, dtype=self.dtype, device=self.wte.device) for _ in self.layers]
+        self.v = [torch.zeros_like(k) for k in self.k]  # (1, nh, W, hs) per layer
+        self.length = 0
+
+    @property
+    def cache_len(self):
+        return self.length
+
+    def crop(self, n):
+        """Forget every cached position from n on. O(1): later writes overwrite them."""
+        assert 0 <= n <= self.length, f"crop({n}) needs 0 <= n <= cache_len ({self.length})"
+        self.length = n
+
+    def forward(self, idx, targets=None, use_cache=False):  # (1, T) -> (logits (1, T, V), None)
+        if not use_cache:
+            return self.model(idx, targets)
+        B, T = idx.size()
+        C, nh, start, end = self.config.n_embd, self.config.n_head, self.length, self.length + T
+        assert B == 1 and end <= self.config.block_size, (
+            f"{start} cached + {T} new tokens > block_size {self.config.block_size}: crop() or reset_cache() first")
+        pos = self.positions[start:end]  # (T,) positions of the new tokens
+        mask = self.positions[None, :end] <= pos[:, None] if T > 1 else None  # (T, end): query i sees keys <= start+i
+        x = self.wte[idx] + self.wpe[start:end]  # (1, T, C)
+        for (ln1_w, ln1_b, attn_w, attn_b, proj_w, proj_b, ln2_w, ln2_b, fc_w, fc_b, out_w, out_b), kc, vc in zip(
+                self.layers, self.k, self.v):
+            q, k, v = F.linear(F.layer_norm(x, (C,), ln1_w, ln1_b), attn_w, attn_b).view(
+                1, T, 3, nh, C // nh).permute(2, 0, 3, 1, 4).unbind(0)  # three (1, nh, T, hs)
+            kc[:, :, start:end] = k  # into the cache, in place
+            vc[:, :, start:end] = v
+            y = F.scaled_dot_product_attention(q, kc[:, :, :end], vc[:, :, :end], attn_mask=mask)  # (1, nh, T, hs)
+            x = x + F.linear(y.transpose(1, 2).reshape(1, T, C), proj_w, proj_b)
+            x = x + F.linear(F.gelu(F.linear(F.layer_norm(x, (C,), ln2_w, ln2_b), fc_w, fc_b), approximate="tanh"),
+                             out_w, out_b)
+        self.length = end
+        return F.linear(F.layer_norm(x, (C,), *self.ln_f), self.wte).float(), None  # tied output embedding
+
+
+DECODERS = ["eager", "fast", "fast-bf16"]  # how sample.py and bench.py run the models (--decoder)
+
+
+def with_decoder(name, target, draft=None):
+    """-> (target, draft) as both samplers will run them. eager: model.py itself; fast: FastGPT; fast-bf16: FastGPT
+    with a bfloat16 target (plain sampling then uses that target too, so the comparison stays honest)."""
+    if name not in DECODERS:
+        raise ValueError(f"unknown decoder {name!r}: choose from {DECODERS}")
+    if name == "eager":
+        return target, draft
+    wrap = lambda m, dtype=torch.float32: m if m is None else FastGPT(m, dtype)
+    return wrap(target, torch.bfloat16 if name == "fast-bf16" else torch.float32), wrap(draft)

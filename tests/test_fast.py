@@ -1,0 +1,77 @@
+"""fast.py: FastGPT gives the readable model's logits (cached = uncached), and the samplers give the same tokens."""
+
+import random
+
+import pytest
+import torch
+
+from fast import FastGPT
+from model import GPT, GPTConfig
+from speculative import autoregressive_generate, speculative_generate
+from tests.conftest import random_gpt
+
+
+@pytest.mark.parametrize("seed", range(4))
+@torch.no_grad()
+def test_fast_cached_logits_equal_the_readable_models_uncached_ones(seed):
+    rng = random.Random(seed)
+    model = random_gpt(seed, vocab_size=11, block_size=24, n_layer=3, n_head=2, n_embd=16, sharpness=1.0)
+    fast = FastGPT(model)
+    seq = []  # the tokens the cache should hold
+    for _ in range(30):
+        if seq and rng.random() < 0.4:  # roll back a random number of tokens, as after a rejection
+            n = rng.randrange(len(seq) + 1)
+            fast.crop(n)
+            del seq[n:]
+        T = rng.randint(1, min(6, 24 - len(seq))) if len(seq) < 24 else 0
+        if T == 0:
+            continue
+        new = [rng.randrange(11) for _ in range(T)]
+        cached, _ = fast(torch.tensor([new]), use_cache=True)  # (1, T, V)
+        seq += new
+        full, _ = model(torch.tensor([seq]))  # (1, len, V): model.py's naive path
+        assert fast.cache_len == len(seq)
+        assert (cached - full[:, -T:]).abs().max().item() <= 1e-5
+
+
+@pytest.mark.parametrize("k", [1, 3, "auto"])
+def test_fast_path_gives_the_same_greedy_tokens(k):
+    target = random_gpt(0, vocab_size=11, block_size=16, sharpness=3.0)
+    draft = random_gpt(1, vocab_size=11, block_size=12, n_layer=1, n_head=1, n_embd=8, sharpness=3.0)
+    idx = torch.tensor([[3, 1, 4, 1, 5]])
+    plain, _ = autoregressive_generate(target, idx, 50, temperature=0)  # the readable path; slides the window
+    assert torch.equal(autoregressive_generate(FastGPT(target), idx, 50, temperature=0)[0], plain)
+    assert torch.equal(speculative_generate(FastGPT(target), FastGPT(draft), idx, 50, k=k, temperature=0)[0], plain)
+
+
+def test_fast_path_gives_the_same_sampled_tokens_for_a_seed():
+    target, draft = random_gpt(0, vocab_size=11, block_size=16), random_gpt(1, vocab_size=11, n_layer=1, n_embd=8)
+    idx = torch.tensor([[1, 2]])
+    run = lambda t, d: speculative_generate(t, d, idx, 40, k=3, generator=torch.Generator().manual_seed(3))[0]
+    assert torch.equal(run(target, draft), run(FastGPT(target), FastGPT(draft)))
+
+
+@torch.no_grad()
+def test_bfloat16_is_close_and_speculative_matches_its_own_plain_greedy():
+    target = random_gpt(0, vocab_size=11, block_size=16, sharpness=3.0)
+    draft = random_gpt(1, vocab_size=11, block_size=12, n_layer=1, n_head=1, n_embd=8, sharpness=3.0)
+    bf16 = FastGPT(target, dtype=torch.bfloat16)
+    x = torch.tensor([[3, 1, 4, 1, 5, 9, 2, 6]])
+    logits, _ = bf16(x, use_cache=True)
+    assert logits.dtype == torch.float32 and (logits - target(x)[0]).abs().max().item() < 0.1 * target(x)[0].abs().max()
+    idx = x[:, :5]
+    plain, _ = autoregressive_generate(bf16, idx, 40, temperature=0)
+    assert torch.equal(speculative_generate(FastGPT(target, dtype=torch.bfloat16), FastGPT(draft), idx, 40, k=4,
+                                            temperature=0)[0], plain)
+
+
+def test_fast_path_errors_say_what_to_do():
+    nobias = GPT(GPTConfig(block_size=8, vocab_size=5, n_layer=1, n_head=1, n_embd=8, bias=False))
+    with pytest.raises(ValueError, match="biases"):
+        FastGPT(nobias)
+    fast = FastGPT(random_gpt(0, block_size=4))
+    fast(torch.tensor([[1, 2, 3]]), use_cache=True)
+    with pytest.raises(AssertionError, match="block_size"):
+        fast(torch.tensor([[1, 2]]), use_cache=True)
+    with pytest.raises(AssertionError, match="cache_len"):
+        fast.crop(9)
