@@ -1,5 +1,7 @@
 """Shared helpers: tiny random GPTs and table-driven toy models that speak model.GPT's cache interface."""
 
+import random
+
 import pytest
 import torch
 import torch.nn as nn
@@ -60,6 +62,29 @@ class TableModel(nn.Module):
             context.append(x)
             out.append(self.next_logits(context))
         return torch.stack(out)[None], None  # (1, T, V)
+
+
+@torch.no_grad()
+def check_cache_against_full_forwards(cached_model, reference, seed, vocab_size=11, block_size=24, steps=30):
+    """Random appends and crops (as after rejections) on cached_model; after each append its logits must equal
+    reference's full, uncached forward over the same tokens (the naive path) within 1e-5."""
+    rng = random.Random(seed)
+    cached_model.reset_cache()
+    seq = []  # the tokens the cache should hold
+    for _ in range(steps):
+        if seq and rng.random() < 0.4:  # roll back a random number of tokens
+            n = rng.randrange(len(seq) + 1)
+            cached_model.crop(n)
+            del seq[n:]
+        T = rng.randint(1, min(6, block_size - len(seq))) if len(seq) < block_size else 0
+        if T == 0:
+            continue
+        new = [rng.randrange(vocab_size) for _ in range(T)]
+        cached, _ = cached_model(torch.tensor([new]), use_cache=True)  # (1, T, V)
+        seq += new
+        full, _ = reference(torch.tensor([seq]))  # (1, len, V)
+        assert cached_model.cache_len == len(seq)
+        assert (cached - full[:, -T:]).abs().max().item() <= 1e-5
 
 
 @pytest.fixture

@@ -1,37 +1,18 @@
 """fast.py: FastGPT gives the readable model's logits (cached = uncached), and the samplers give the same tokens."""
 
-import random
-
 import pytest
 import torch
 
 from fast import FastGPT
 from model import GPT, GPTConfig
 from speculative import autoregressive_generate, speculative_generate
-from tests.conftest import random_gpt
+from tests.conftest import check_cache_against_full_forwards, random_gpt
 
 
 @pytest.mark.parametrize("seed", range(4))
-@torch.no_grad()
 def test_fast_cached_logits_equal_the_readable_models_uncached_ones(seed):
-    rng = random.Random(seed)
     model = random_gpt(seed, vocab_size=11, block_size=24, n_layer=3, n_head=2, n_embd=16, sharpness=1.0)
-    fast = FastGPT(model)
-    seq = []  # the tokens the cache should hold
-    for _ in range(30):
-        if seq and rng.random() < 0.4:  # roll back a random number of tokens, as after a rejection
-            n = rng.randrange(len(seq) + 1)
-            fast.crop(n)
-            del seq[n:]
-        T = rng.randint(1, min(6, 24 - len(seq))) if len(seq) < 24 else 0
-        if T == 0:
-            continue
-        new = [rng.randrange(11) for _ in range(T)]
-        cached, _ = fast(torch.tensor([new]), use_cache=True)  # (1, T, V)
-        seq += new
-        full, _ = model(torch.tensor([seq]))  # (1, len, V): model.py's naive path
-        assert fast.cache_len == len(seq)
-        assert (cached - full[:, -T:]).abs().max().item() <= 1e-5
+    check_cache_against_full_forwards(FastGPT(model), model, seed)  # model.py's full forward: the naive path
 
 
 @pytest.mark.parametrize("k", [1, 3, "auto"])

@@ -1,35 +1,16 @@
 """model.py: the KV cache gives the same logits as a full forward, crops in O(1), and checkpoints round-trip."""
 
-import random
-
 import pytest
 import torch
 
 from model import GPT, GPTConfig, load_checkpoint, save_checkpoint
-from tests.conftest import random_gpt
+from tests.conftest import check_cache_against_full_forwards, random_gpt
 
 
 @pytest.mark.parametrize("seed", range(5))
-@torch.no_grad()
 def test_cached_logits_equal_uncached_after_random_appends_and_crops(seed):
-    rng = random.Random(seed)
     model = random_gpt(seed, vocab_size=11, block_size=24, n_layer=3, n_head=2, n_embd=16, sharpness=1.0)
-    model.reset_cache()
-    seq = []  # the tokens the cache should hold
-    for _ in range(30):
-        if seq and rng.random() < 0.4:  # roll back a random number of tokens
-            n = rng.randrange(len(seq) + 1)
-            model.crop(n)
-            del seq[n:]
-        T = rng.randint(1, min(6, 24 - len(seq))) if len(seq) < 24 else 0
-        if T == 0:
-            continue
-        new = [rng.randrange(11) for _ in range(T)]
-        cached, _ = model(torch.tensor([new]), use_cache=True)  # (1, T, V)
-        seq += new
-        full, _ = model(torch.tensor([seq]))  # (1, len, V): the naive path
-        assert model.cache_len == len(seq)
-        assert (cached - full[:, -T:]).abs().max().item() <= 1e-5
+    check_cache_against_full_forwards(model, model, seed)
 
 
 def test_crop_moves_a_counter_and_copies_nothing():
