@@ -58,14 +58,15 @@ def sampling_probs(logits, temperature=1.0, top_k=None, top_p=None):  # (..., V)
     """
     if logits.dtype not in (torch.float32, torch.float64):
         logits = logits.float()  # probabilities and the acceptance test in float32 or better (bf16/fp16 models)
-    top = logits.amax(-1, keepdim=True)  # (..., 1); NaN, +inf, or -inf when every token is masked
     if temperature == 0:  # greedy, with no division by zero
+        top = logits.amax(-1, keepdim=True)  # (..., 1); NaN, +inf, or -inf when every token is masked
         # subtle: argmax finds a token even among NaN logits; adding top - top (0, or NaN) keeps a bad row visible
         return F.one_hot(logits.argmax(-1), logits.size(-1)).to(logits.dtype) + (top - top)
     if top_k is not None and top_k < logits.size(-1):  # subtle: on the raw logits, where rounding made no ties
         kth = torch.topk(logits, top_k, dim=-1).values[..., -1:]  # (..., 1)
         logits = logits.masked_fill(logits < kth, float("-inf"))  # ties with the k-th token stay
-    logits = (logits - top) / temperature  # subtract the max first: logits / 1e-6 alone can overflow to inf
+    if temperature != 1.0:  # subtract the max first: logits / 1e-6 alone can overflow to inf (softmax: NaN)
+        logits = (logits - logits.amax(-1, keepdim=True)) / temperature
     probs = F.softmax(logits, dim=-1)
     if top_p is not None and top_p < 1.0:  # the smallest set of most probable tokens whose mass reaches top_p
         sorted_p = torch.sort(probs, dim=-1, descending=True).values
