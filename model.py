@@ -218,13 +218,21 @@ def save_checkpoint(path, model, meta=None, dtype=None):
 
 
 def load_checkpoint(path, device="cpu"):
-    """-> (model in eval mode, float32 on `device`, meta dict). Raises a clear error for a missing file."""
+    """-> (model in eval mode, float32 on `device`, meta dict). Raises a clear error for a missing file, and for
+    weights that hold NaN or inf (they would only surface later, as NaN logits while sampling)."""
     if not os.path.exists(path):
         raise FileNotFoundError(f"no checkpoint at {path!r}: train one with train_draft.py "
                                 "(see README, 'Train your own') or pass the right path")
     ckpt = torch.load(path, map_location="cpu", weights_only=True)
     if not isinstance(ckpt, dict) or "model_args" not in ckpt or "state_dict" not in ckpt:
         raise ValueError(f"{path!r} is not a checkpoint written by model.save_checkpoint")
+    for name, w in ckpt["state_dict"].items():
+        if w.is_floating_point() and not torch.isfinite(w).all():
+            n_nan, n_inf = torch.isnan(w).sum().item(), torch.isinf(w).sum().item()
+            hint = " (or weights beyond float16's range 65504, saved with dtype=float16)" if n_inf else ""
+            raise ValueError(f"{path!r}: tensor {name!r} holds {n_nan} NaN and {n_inf} inf of its {w.numel()} "
+                             f"values: the training run diverged{hint}. Restore an earlier checkpoint, or retrain "
+                             "(a lower --lr often helps)")
     model = GPT(GPTConfig(**ckpt["model_args"]))
     state = {k: v.float() if v.is_floating_point() else v for k, v in ckpt["state_dict"].items()}
     missing, unexpected = model.load_state_dict(state, strict=False)

@@ -50,27 +50,70 @@ class Stats:
 # ---- turning logits into the distribution we sample from ---------------------------------------------------
 
 def sampling_probs(logits, temperature=1.0, top_k=None, top_p=None):  # (..., V) -> (..., V)
-    """Temperature, then top-k, then top-p. temperature == 0 is greedy: a one-hot at the argmax.
+    """Top-k, temperature, then top-p. temperature == 0 is greedy: a one-hot at the argmax.
 
     The SAME function makes p and q, so q is exactly the distribution the draft token was drawn from.
     [2., 1., 0.] with top_p=0.6 -> [1., 0., 0.] (0.665 already reaches 0.6); with top_p=0.7 -> [.73, .27, 0.]
+    Tokens tied at either cut stay together, so the result does not depend on token order. A -inf logit (a
+    masked token) gets probability 0; a row with a NaN or +inf logit, or with every logit -inf, comes out NaN,
+    so that checked() can turn it into a clear error.
     """
     if logits.dtype not in (torch.float32, torch.float64):
         logits = logits.float()  # probabilities and the acceptance test in float32 or better (bf16/fp16 models)
     if temperature == 0:  # greedy, with no division by zero
-        return F.one_hot(logits.argmax(-1), logits.size(-1)).to(logits.dtype)
-    logits = logits / temperature
-    if top_k is not None and top_k < logits.size(-1):
+        top = logits.amax(-1, keepdim=True)  # (..., 1); NaN, +inf, or -inf when every token is masked
+        # subtle: argmax finds a token even among NaN logits; adding top - top (0, or NaN) keeps a bad row visible
+        return F.one_hot(logits.argmax(-1), logits.size(-1)).to(logits.dtype) + (top - top)
+    if top_k is not None and top_k < logits.size(-1):  # subtle: on the raw logits, where rounding made no ties
         kth = torch.topk(logits, top_k, dim=-1).values[..., -1:]  # (..., 1)
-        logits = logits.masked_fill(logits < kth, float("-inf"))
+        logits = logits.masked_fill(logits < kth, float("-inf"))  # ties with the k-th token stay
+    if temperature != 1.0:  # subtract the max first: logits / 1e-6 alone can overflow to inf (softmax: NaN)
+        logits = (logits - logits.amax(-1, keepdim=True)) / temperature
     probs = F.softmax(logits, dim=-1)
     if top_p is not None and top_p < 1.0:  # the smallest set of most probable tokens whose mass reaches top_p
-        sorted_p, order = torch.sort(probs, dim=-1, descending=True)
+        sorted_p = torch.sort(probs, dim=-1, descending=True).values
         mass_before = sorted_p.cumsum(-1) - sorted_p  # mass of the tokens ranked above each one
-        drop = (mass_before >= top_p).scatter(-1, order, mass_before >= top_p)  # the top token always stays
-        probs = probs.masked_fill(drop, 0.0)
+        last = torch.where(mass_before < top_p, sorted_p, 1.0).amin(-1, keepdim=True)  # the least probable kept
+        probs = probs.masked_fill(probs < last, 0.0)  # the top token always stays, and so do ties with `last`
         probs = probs / probs.sum(-1, keepdim=True)
     return probs
+
+
+class SamplingError(ValueError):
+    """A distribution we were about to sample from is not one (NaN, +inf or all -inf logits). Nothing is lost:
+    .tokens holds every id generated so far, prompt included (continue with torch.tensor([err.tokens]));
+    .model is "target" or "draft"; .position is the index of the token that could not be drawn."""
+
+    def __init__(self, message, tokens=None, model=None, position=None):
+        super().__init__(message)
+        self.tokens, self.model, self.position = tokens, model, position
+
+
+def checked(probs, logits, model, position, tokens, generated):  # probs (V,) -> probs, or SamplingError
+    """The check before every draw: one sum, one sync. sampling_probs makes every bad row NaN, so the sum shows
+    them all. tokens[:generated] are final (a draft's proposals are not, until the target keeps them)."""
+    if abs(probs.sum().item() - 1.0) < 1e-3:  # NaN fails this test too
+        return probs
+    why = why_not_a_distribution(logits)
+    raise SamplingError(f"cannot sample the token at position {position} from the {model}: {why}. The "
+                        f"{generated} tokens generated so far (prompt included) are in this error's .tokens",
+                        tokens[:generated], model, position)
+
+
+def why_not_a_distribution(logits):  # (V,) -> the likely cause and fix, for the error message
+    if torch.isnan(logits).any():
+        return ("its logits hold NaN. Likely causes: NaN in the weights (a diverged training run: restore an "
+                "earlier checkpoint, or retrain with a lower --lr) or float16 activations that overflowed (run "
+                "the model in float32 or bfloat16)")
+    if torch.isposinf(logits).any():
+        return ("its logits hold +inf. Likely cause: activations that overflowed in float16/bfloat16 (run the "
+                "model in float32), or inf in the weights (restore an earlier checkpoint)")
+    if torch.isneginf(logits).all():
+        return ("every logit is -inf: a mask (a logits processor, a list of banned tokens) removed every token. "
+                "Leave at least one token allowed at every position")
+    return (f"no token is left after top-k, temperature and top-p although the logits are finite (min "
+            f"{logits.min().item():.4g}, max {logits.max().item():.4g}): a bug in sampling_probs, please report "
+            "it with these logits")
 
 
 def sample(probs, generator=None):  # (V,) -> int. All randomness goes through sample() and coin().
@@ -87,7 +130,8 @@ def accept_probability(p_x, q_x):
 
 
 def residual(p, q):  # (V,), (V,) -> (V,)
-    """norm(max(0, p - q)): where the replacement for a rejected draft token is drawn from."""
+    """norm(max(0, p - q)): where the replacement for a rejected draft token is drawn from. From a p and q that
+    checked() passed it is a distribution again, zero wherever p is (tests/test_fuzz.py), so needs no check."""
     r = torch.clamp(p - q, min=0.0)
     total = r.sum().item()
     if total <= 0.0:  # subtle: p == q leaves no residual mass. A rejection then has probability 0 (every
@@ -152,7 +196,8 @@ def autoregressive_generate(model, idx, max_new_tokens, temperature=1.0, top_k=N
     stats, tic = Stats(), time.perf_counter()
     target = CachedModel(model, idx.device)
     for t in range(len(tokens), len(tokens) + max_new_tokens):
-        p = sampling_probs(target.logits(tokens, t, 1)[0], temperature, top_k, top_p)  # (V,)
+        logits = target.logits(tokens, t, 1)[0]  # (V,)
+        p = checked(sampling_probs(logits, temperature, top_k, top_p), logits, "target", t, tokens, t)
         tokens.append(sample(p, generator))
         if stream:
             stream(tokens[-1:])
@@ -169,13 +214,16 @@ def speculative_round(target, draft, tokens, k, probs, generator):
     # 1. the draft proposes k tokens one at a time: x_i ~ q_i = q(. | x_<t+i)
     qs = []
     for i in range(k):
-        qs.append(probs(draft.logits(tokens, t + i, 1)[0]))  # (V,)
+        logits = draft.logits(tokens, t + i, 1)[0]  # (V,)
+        qs.append(checked(probs(logits), logits, "draft", t + i, tokens, t))  # only tokens[:t] are final yet
         tokens.append(sample(qs[i], generator))
     # 2. the target scores all k+1 positions in ONE forward: p_0 .. p_k
-    p = probs(target.logits(tokens, t, k + 1))  # (K+1, V)
+    logits = target.logits(tokens, t, k + 1)  # (K+1, V)
+    p = probs(logits)
     # 3. left to right: keep x_i with probability min(1, p_i(x_i) / q_i(x_i)) ...
     for i in range(k):
         x = tokens[t + i]
+        checked(p[i], logits[i], "target", t + i, tokens, t + i)  # row by row: a row after a rejection is unused
         if not coin(accept_probability(p[i, x].item(), qs[i][x].item()), generator):
             # ... and at the first rejection resample from norm(max(0, p_i - q_i)), then stop
             tokens[t + i:] = [sample(residual(p[i], qs[i]), generator)]
@@ -183,7 +231,7 @@ def speculative_round(target, draft, tokens, k, probs, generator):
             draft.rollback(t + i)
             return i
     # 4. all k kept: the target's forward already gave p_k, so one bonus token comes for free
-    tokens.append(sample(p[k], generator))
+    tokens.append(sample(checked(p[k], logits[k], "target", t + k, tokens, t + k), generator))
     return k
 
 
@@ -234,8 +282,8 @@ def check_inputs(target, draft, idx, max_new_tokens, k, temperature, top_k, top_
     if not (isinstance(k, AutoK) or (isinstance(k, str) and k == "auto")
             or (isinstance(k, int) and not isinstance(k, bool) and k >= 1)):
         raise ValueError(f"k (draft tokens per round) must be an int >= 1 or 'auto', got {k!r}")
-    if temperature < 0:
-        raise ValueError(f"temperature must be >= 0 (0 means greedy), got {temperature}")
+    if not 0 <= temperature < float("inf"):
+        raise ValueError(f"temperature must be >= 0 (0 means greedy) and finite, got {temperature}")
     if top_k is not None and (not isinstance(top_k, int) or top_k < 1):
         raise ValueError(f"top_k must be None or an int >= 1, got {top_k!r}")
     if top_p is not None and not 0.0 < top_p <= 1.0:

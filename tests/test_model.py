@@ -54,3 +54,14 @@ def test_checkpoint_round_trip_is_plain_data(tmp_path):
 def test_missing_checkpoint_says_how_to_get_one(tmp_path):
     with pytest.raises(FileNotFoundError, match="train_draft.py"):
         load_checkpoint(str(tmp_path / "nope.pt"))
+
+
+@pytest.mark.parametrize("bad,dtype", [(float("nan"), None), (float("inf"), None), (1e5, torch.float16)])
+def test_checkpoint_with_nan_or_inf_weights_is_refused_naming_the_tensor(tmp_path, bad, dtype):
+    model = random_gpt(3, sharpness=1.0)
+    with torch.no_grad():
+        model.transformer.h[1].mlp.c_proj.weight[2, 3] = bad  # 1e5 becomes inf in float16
+    path = tmp_path / "diverged.pt"
+    save_checkpoint(path, model, dtype=dtype)
+    with pytest.raises(ValueError, match=r"'transformer.h.1.mlp.c_proj.weight' holds .* earlier checkpoint"):
+        load_checkpoint(str(path))

@@ -25,6 +25,18 @@ def test_top_p_keeps_the_smallest_set_reaching_p(top_p, kept):
     assert [int(x > 0) for x in p.tolist()] == kept and abs(p.sum().item() - 1) < 1e-6
 
 
+def test_tiny_temperature_with_huge_logits_gives_the_argmax_limit_not_nan():
+    # logits / 1e-6 alone would overflow to inf (and softmax to NaN): the max is subtracted first
+    assert sampling_probs(torch.tensor([2e33, 1e33, float("-inf")]), temperature=1e-6).tolist() == [1.0, 0.0, 0.0]
+    assert sampling_probs(torch.tensor([3e33, 3e33, 0.0]), temperature=1e-6).tolist() == [0.5, 0.5, 0.0]
+
+
+@pytest.mark.parametrize("cut", [dict(top_k=2), dict(top_p=0.3), dict(top_k=1, top_p=1e-12)])
+def test_tokens_tied_at_the_cut_stay_together(cut):
+    p = sampling_probs(torch.tensor([0.0, 1.0, 1.0, 1.0]), **cut)  # softmax: .096, .301, .301, .301
+    assert torch.allclose(p, torch.tensor([0.0, 1 / 3, 1 / 3, 1 / 3]))
+
+
 def test_half_precision_logits_give_float32_probabilities():
     p = sampling_probs(torch.tensor([1.0, 2.0, 3.0], dtype=torch.bfloat16))
     assert p.dtype == torch.float32
@@ -95,6 +107,8 @@ def test_models_in_train_mode_are_switched_to_eval():
     (dict(k=2.5), "must be an int >= 1 or 'auto'"),
     (dict(k=True), "must be an int >= 1 or 'auto'"),
     (dict(temperature=-1.0), "temperature must be >= 0"),
+    (dict(temperature=float("nan")), "temperature must be >= 0"),
+    (dict(temperature=float("inf")), "and finite"),
     (dict(top_k=0), "top_k"),
     (dict(top_p=0.0), "top_p"),
     (dict(top_p=1.5), "top_p"),
