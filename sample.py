@@ -21,7 +21,7 @@ from model import load_checkpoint
 from hf import GPT2_NAMES  # pretrained GPT-2 through transformers (optional; imported only when used)
 from choose_k import AutoK
 from fast import DECODERS, with_decoder
-from speculative import autoregressive_generate, speculative_generate
+from speculative import SamplingError, autoregressive_generate, speculative_generate
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -131,11 +131,14 @@ def main(argv=None):
             print(tok.decode(new)[len(before):], end="", flush=True)
 
         print(f"---------- sample {i + 1}/{args.num_samples}\n{tok.decode(prompt)}", end="", flush=True)
-        if draft is None:
-            _, stats = autoregressive_generate(target, idx, args.max_new_tokens, stream=stream, **sampling)
-        else:
-            _, stats = speculative_generate(target, draft, idx, args.max_new_tokens, k=k, stream=stream, **sampling)
-            ks += [K for _, K, _ in stats.rounds]
+        try:
+            if draft is None:
+                _, stats = autoregressive_generate(target, idx, args.max_new_tokens, stream=stream, **sampling)
+            else:
+                _, stats = speculative_generate(target, draft, idx, args.max_new_tokens, k=k, stream=stream, **sampling)
+                ks += [K for _, K, _ in stats.rounds]
+        except SamplingError as e:  # the text so far is already printed; say what went wrong, no traceback
+            raise SystemExit(f"\nstopped after {len(e.tokens) - len(prompt)} new tokens: {e}") from e
         print()
         totals["tokens"] += stats.new_tokens
         totals["seconds"] += stats.total_time

@@ -167,3 +167,13 @@ def test_init_from_a_checkpoint_of_another_shape_is_refused(pair, tmp_path):
     with pytest.raises(SystemExit, match="--init"):
         train_draft.main(["--corpus", str(corpus), "--role", "draft", "--out_dir", str(tmp_path), "--max_iters", "2",
                           "--data_dir", str(tmp / "data"), *TINY, "--init", str(tmp_path / "missing.pt")])
+
+
+def test_sample_stops_with_a_clear_message_on_nan_weights(pair, monkeypatch):
+    tmp, _ = pair
+    model, meta = load_checkpoint(str(tmp / "target.pt"))
+    with torch.no_grad():
+        model.lm_head.weight[3, 0] = float("nan")  # a token's logit turns NaN; load_checkpoint would refuse the file
+    monkeypatch.setattr(sample, "load", lambda path, device, role: (model, meta))
+    with pytest.raises(SystemExit, match="stopped after 0 new tokens: .*NaN"):
+        sample.main(["--target", str(tmp / "target.pt"), "--draft", "none", "--max_new_tokens", "5", "--num_samples", "1"])
