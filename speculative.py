@@ -185,8 +185,13 @@ def speculative_round(target, draft, tokens, k, probs, generator):
 
 @torch.no_grad()
 def speculative_generate(target, draft, idx, max_new_tokens, k=4, temperature=1.0, top_k=None, top_p=None,
-                         generator=None, stream=None):
-    """idx (1, T) -> (idx (1, T + max_new_tokens), Stats), distributed exactly as autoregressive_generate(target)."""
+                         generator=None, stream=None, verify="tokenwise", **verify_params):
+    """idx (1, T) -> (idx (1, T + max_new_tokens), Stats), distributed exactly as autoregressive_generate(target).
+
+    verify picks the round: "tokenwise" (speculative_round, this file) or a variant from variants.py ("block",
+    ...; some are lossy), with its parameters as further keyword arguments (variants.VERIFIERS lists them)."""
+    import variants  # here, not at the top: variants.py builds on this file
+    one_round = variants.round_function(verify, **verify_params)
     tokens = check_inputs(target, draft, idx, max_new_tokens, k, temperature, top_k, top_p)
     stats, tic = Stats(), time.perf_counter()
     tgt, drf = CachedModel(target, idx.device), CachedModel(draft, idx.device)
@@ -198,7 +203,7 @@ def speculative_generate(target, draft, idx, max_new_tokens, k=4, temperature=1.
         # cross a change of the target's s(t), whose one forward scores them all. (The draft, one token per
         # forward, re-fills its cache wherever its own window slides.)
         K = min(k, end - 1 - t, window_end(t, tgt.W) - t)
-        kept = speculative_round(tgt, drf, tokens, K, probs, generator)
+        kept = one_round(tgt, drf, tokens, K, probs, generator)
         stats.rounds.append((t, K, kept))
         if stream:
             stream(tokens[t:])

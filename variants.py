@@ -1,0 +1,96 @@
+"""
+Beyond Chen et al.: other verifiers and drafters for speculative_generate, each a short function beside its math.
+
+speculative.py stays the readable core (Algorithm 2, token-wise verification). These plug into it:
+
+    speculative_generate(target, draft, idx, n, verify="block")             # lossless, >= token-wise tokens/round
+    speculative_generate(target, NGramDraft(V, n=3), idx, n)                # lossless, no draft model at all
+    speculative_generate(target, draft, idx, n, verify="lenient", lenience=0.5)     # LOSSY, labelled
+    speculative_generate(target, draft, idx, n, verify="typical", epsilon=0.09, delta=0.3)  # LOSSY, labelled
+
+Sources: block verification, Sun et al. 2024, "Block Verification Accelerates Speculative Decoding"
+(arXiv:2403.10444), Algorithm 2; prompt lookup / n-gram drafting (Saxena 2023, "Prompt Lookup Decoding";
+Leviathan et al. 2023 note that any q works); lenience, Leviathan et al. 2023 (arXiv:2211.17192), Appendix
+A.5; typical acceptance, Cai et al. 2024, "Medusa" (arXiv:2401.10774), Section 2.3.1.
+
+Every round function has speculative_round's signature (target, draft, tokens, k, probs, generator) -> kept and
+takes k per call, so K may change between rounds. All randomness goes through speculative.sample() and
+speculative.coin(), called as module attributes so that the tests' enumeration of every branch reaches them.
+What it leaves out: tree-shaped drafts beyond the root, batches, and learned draft heads (Medusa's, EAGLE's).
+"""
+
+import torch
+
+import speculative
+from speculative import residual
+
+
+def propose_and_score(target, draft, tokens, k, probs, generator):
+    """Steps 1 and 2 of speculative_round: k drafts x_i ~ q_i appended to tokens, then p_0..p_k in ONE forward."""
+    t, qs = len(tokens), []
+    for i in range(k):
+        qs.append(probs(draft.logits(tokens, t + i, 1)[0]))  # (V,)
+        tokens.append(speculative.sample(qs[i], generator))
+    return qs, probs(target.logits(tokens, t, k + 1))  # list of k (V,), (K+1, V)
+
+
+# ---- 1. block verification (Sun et al. 2024, Algorithm 2): lossless and optimal ---------------------------
+
+def block_residual(a, p, q):  # float, (V,), (V,) -> (V,)
+    """norm(max(0, a p - q)): the distribution of the token after a block cut at weight a (a = 1: the usual)."""
+    return residual(a * p, q)
+
+
+def block_round(target, draft, tokens, k, probs, generator):
+    """Judge the drafts as one block instead of one by one. Appends 1..k+1 tokens; returns how many drafts it kept.
+
+    Token-wise verification stops at the first rejected draft. Block verification carries a joint weight
+    a_i = min(1, a_{i-1} p_i(x_i) / q_i(x_i)) (a_0 = 1) along the block, and may keep x_1..x_i although some
+    p_j(x_j) / q_j(x_j) < 1 on the way, as long as later drafts make up for it. Among all verifiers that keep
+    the output distributed as the target's, it emits the most tokens per round in expectation (Sun et al.,
+    Theorem 2), so never fewer than token-wise verification.
+    """
+    t = len(tokens)
+    qs, p = propose_and_score(target, draft, tokens, k, probs, generator)
+    a, weights, stop = 1.0, [1.0], []  # weights[i] = a_i; stop[i-1] = h_i
+    for i in range(k):  # draft x_{i+1} sits at tokens[t + i], judged by p[i] and qs[i]
+        x = tokens[t + i]
+        a = min(1.0, a * p[i, x].item() / qs[i][x].item())  # a_i = min(1, a_{i-1} p_i(x_i) / q_i(x_i))
+        weights.append(a)
+        if i == k - 1:
+            stop.append(a)  # h_K = a_K
+        else:  # h_i = R_i / (R_i + 1 - a_i), R_i = sum_x max(0, a_i p_{i+1}(x) - q_{i+1}(x))
+            R = torch.clamp(a * p[i + 1] - qs[i + 1], min=0.0).sum().item()
+            stop.append(R / (R + 1.0 - a) if R > 0 else 0.0)  # subtle: R = 0 leaves nothing to correct: h_i = 0
+    # one uniform per position, eta_i <= h_i; keep the LONGEST prefix whose test passes (tau = 0 if none does).
+    # The coins are independent, so testing from the longest prefix down and stopping at the first pass is the
+    # same distribution with fewer draws.
+    tau = next((i for i in range(k, 0, -1) if speculative.coin(stop[i - 1], generator)), 0)
+    del tokens[t + tau:]
+    if tau == k:  # the whole block kept: the bonus token comes from p_{K+1}, as in token-wise verification
+        tokens.append(speculative.sample(p[k], generator))
+    else:  # the token after the kept prefix comes from norm(max(0, a_tau p_{tau+1} - q_{tau+1}))
+        tokens.append(speculative.sample(block_residual(weights[tau], p[tau], qs[tau]), generator))
+        target.rollback(t + tau)
+        draft.rollback(t + tau)
+    return tau
+
+
+# ---- choosing a round function: speculative_generate(..., verify=name, **params) --------------------------
+
+VERIFIERS = {"tokenwise": (speculative.speculative_round, {}), "block": (block_round, {})}
+
+
+def round_function(verify, **params):
+    """-> a round function with speculative_round's signature, its parameters bound. Clear errors for bad input."""
+    if verify not in VERIFIERS:
+        raise ValueError(f"unknown verify={verify!r}: choose from {sorted(VERIFIERS)}")
+    fn, defaults = VERIFIERS[verify]
+    unknown = set(params) - set(defaults)
+    if unknown:
+        allowed = ", ".join(sorted(defaults)) or "none"
+        raise ValueError(f"verify={verify!r} takes no parameter {', '.join(sorted(unknown))} (its parameters: {allowed})")
+    if not defaults:
+        return fn
+    bound = {**defaults, **params}
+    return lambda target, draft, tokens, k, probs, generator: fn(target, draft, tokens, k, probs, generator, **bound)
