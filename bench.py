@@ -5,6 +5,7 @@ speedup that Leviathan et al. 2023, Theorem 3.8, predicts from the measured acce
     python bench.py                                   # the shipped pair, K = 1..8, three sampling settings
     python bench.py --k 4 --settings t1.0 --draft runs/draft-1x64/draft.pt
     python bench.py --k 7 --settings t1.0 --profile   # and where the time goes (forward costs, cProfile)
+    python bench.py --k 4 --draft checkpoints/draft.pt,ngram --verify tokenwise,block   # variants.py, one table
     python bench.py --init_from gpt2-xl --draft gpt2 --device cuda --k 4,6   # pretrained GPT-2 (transformers)
 
 For each setting and K it reports tokens/s of both samplers (median over --repeats), the speedup, alpha (the
@@ -32,6 +33,7 @@ import data
 from hf import GPT2_NAMES  # pretrained GPT-2 through transformers (optional; imported only when used)
 from sample import load
 from speculative import autoregressive_generate, speculative_generate
+from variants import VERIFIERS, NGramDraft
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SETTINGS = {"t0": dict(temperature=0.0), "t0.8p0.95": dict(temperature=0.8, top_p=0.95), "t1.0": dict(temperature=1.0)}
@@ -41,7 +43,11 @@ def get_args(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--target", default=os.path.join(HERE, "checkpoints", "target.pt"))
     ap.add_argument("--draft", default=None,
-                    help="draft checkpoint or GPT-2 name (default: checkpoints/draft.pt, or gpt2 with --init_from)")
+                    help="comma-separated drafts, each a checkpoint, a GPT-2 name or 'ngram' (prompt lookup, no model) "
+                         "(default: checkpoints/draft.pt, or gpt2 with --init_from)")
+    ap.add_argument("--verify", default="tokenwise",
+                    help=f"comma-separated verifiers, from {sorted(VERIFIERS)}: each draft x verifier is a row")
+    ap.add_argument("--ngram_n", type=int, default=3, help="with --draft ngram: how many last tokens to match")
     ap.add_argument("--init_from", default=None, choices=GPT2_NAMES,
                     help="target = pretrained GPT-2 via transformers (cached or downloadable) instead of --target")
     ap.add_argument("--k", default="1,2,3,4,5,6,7,8", help="comma-separated draft lengths")
@@ -71,6 +77,11 @@ def get_args(argv=None):
         ap.error("--k, --prompts, --repeats and --max_new_tokens must be >= 1")
     if args.draft is None:
         args.draft = "gpt2" if args.init_from else os.path.join(HERE, "checkpoints", "draft.pt")
+    args.verify = args.verify.split(",")
+    if any(v not in VERIFIERS for v in args.verify):
+        ap.error(f"--verify: choose from {sorted(VERIFIERS)}")
+    if args.ngram_n < 1:
+        ap.error("--ngram_n must be >= 1 (how many last tokens the n-gram draft matches)")
     if args.init_from:
         args.target = args.init_from
     return args
@@ -121,9 +132,18 @@ def main(argv=None):
     if args.device.startswith("cuda") and not torch.cuda.is_available():
         raise SystemExit("--device cuda, but torch sees no CUDA GPU here; use --device cpu")
     target, tmeta = load(args.target, args.device, "target")
-    draft, dmeta = load(args.draft, args.device, "draft")
-    if dmeta["tokenizer"] != tmeta["tokenizer"]:
-        raise SystemExit("the draft and the target use different tokenizers")
+    variants = []  # (label, draft, verify keyword arguments): every --draft with every --verify
+    for path in args.draft.split(","):
+        draft, dmeta = (NGramDraft(target.config.vocab_size, n=args.ngram_n), tmeta) if path == "ngram" else (
+            load(path, args.device, "draft"))
+        if dmeta["tokenizer"] != tmeta["tokenizer"]:
+            raise SystemExit("the draft and the target use different tokenizers")
+        for verify in args.verify:
+            params = {name: getattr(args, name) for name in VERIFIERS[verify][1]}
+            label = f"{os.path.basename(path).removesuffix('.pt')}{'' if path != 'ngram' else args.ngram_n} {verify}"
+            label += "".join(f" {name}={value}" for name, value in params.items())
+            variants.append((label, draft, dict(verify=verify, **params)))
+    draft = variants[0][1]  # for the warm-up, --profile and --hf
     prompts = held_out_prompts(data.Tokenizer(tmeta["tokenizer"]), args.prompts, args.prompt_len, args.corpus)
     prompts = [p.to(args.device) for p in prompts]
     gen = torch.Generator(device=args.device)
@@ -135,44 +155,47 @@ def main(argv=None):
     rows = []
     for name in args.settings:
         sampling = SETTINGS[name]
-        plain_tps, spec_tps = [], {K: [] for K in args.k}
-        plain_step, draft_step, target_fwd, rounds = [], [], {K: [] for K in args.k}, {K: [] for K in args.k}
+        runs = [(K, v) for v in variants for K in args.k]  # (K, (label, draft, verify keyword arguments))
+        keys = [(v[0], K) for K, v in runs]
+        plain_tps, spec_tps = [], {key: [] for key in keys}
+        plain_step, draft_step, target_fwd, rounds = [], {}, {key: [] for key in keys}, {key: [] for key in keys}
         for rep in range(args.repeats):
             # interleaved as finely as possible: each prompt runs plainly, then with every K, before the next
             # prompt, so a slow spell of a shared machine hits all of them alike
-            seconds, tokens = {K: 0.0 for K in [0] + args.k}, {K: 0 for K in [0] + args.k}  # K = 0: plain
+            seconds, tokens = {key: 0.0 for key in [0] + keys}, {key: 0 for key in [0] + keys}  # 0: plain
             for i, prompt in enumerate(prompts):
                 s = run(autoregressive_generate, target, prompt, args.max_new_tokens, seed=1000 * rep + i, **sampling)
                 seconds[0], tokens[0] = seconds[0] + s.total_time, tokens[0] + s.new_tokens
                 plain_step.append(steady(s.target_times))
-                for K in args.k:
+                for key, (K, (label, draft, verify)) in zip(keys, runs):
                     s = run(speculative_generate, target, draft, prompt, args.max_new_tokens, k=K,
-                            seed=1000 * rep + i, **sampling)
-                    seconds[K], tokens[K] = seconds[K] + s.total_time, tokens[K] + s.new_tokens
-                    draft_step.append(steady(s.draft_times))
-                    target_fwd[K].append(steady(s.target_times))
-                    rounds[K] += s.rounds
+                            seed=1000 * rep + i, **sampling, **verify)
+                    seconds[key], tokens[key] = seconds[key] + s.total_time, tokens[key] + s.new_tokens
+                    draft_step.setdefault(id(draft), []).append(steady(s.draft_times))
+                    target_fwd[key].append(steady(s.target_times))
+                    rounds[key] += s.rounds
             plain_tps.append(tokens[0] / seconds[0])
-            for K in args.k:
-                spec_tps[K].append(tokens[K] / seconds[K])
+            for key in keys:
+                spec_tps[key].append(tokens[key] / seconds[key])
         step = statistics.median(plain_step)
-        c = statistics.median(draft_step) / step
-        for K in args.k:
-            alpha = alpha_from_rounds(rounds[K])
-            v = statistics.median(target_fwd[K]) / step
-            plain, spec = statistics.median(plain_tps), statistics.median(spec_tps[K])
-            emitted = sum(a + 1 for _, _, a in rounds[K])
-            rows.append(dict(setting=name, K=K, plain_tps=plain, spec_tps=spec, speedup=spec / plain, alpha=alpha,
-                             tokens_per_call=emitted / len(rounds[K]), c=c, v=v,
+        for key, (K, (label, draft, verify)) in zip(keys, runs):
+            alpha = alpha_from_rounds(rounds[key])
+            c = statistics.median(draft_step[id(draft)]) / step
+            v = statistics.median(target_fwd[key]) / step
+            plain, spec = statistics.median(plain_tps), statistics.median(spec_tps[key])
+            emitted = sum(a + 1 for _, _, a in rounds[key])
+            rows.append(dict(setting=name, K=K, variant=label, plain_tps=plain, spec_tps=spec, speedup=spec / plain,
+                             alpha=alpha, tokens_per_call=emitted / len(rounds[key]), c=c, v=v,
                              ideal=predicted(alpha, K, c), with_v=predicted(alpha, K, c, v)))
 
-    print(f"target {args.target} ({target.num_params() / 1e6:.2f}M), draft {args.draft} ({draft.num_params() / 1e6:.2f}M); "
+    print(f"target {args.target} ({target.num_params() / 1e6:.2f}M), draft {args.draft} "
+          f"({', '.join(f'{d.num_params() / 1e6:.2f}M' for d in dict.fromkeys(v[1] for v in variants))}); "
           f"{args.prompts} held-out prompts x {args.max_new_tokens} new tokens, median of {args.repeats}; "
           f"device {args.device}; {machine()}")
-    print("| setting | K | plain tok/s | spec tok/s | speedup | alpha | tok/call | c | v | ideal (Thm 3.8) | with v | measured/ideal | measured/with v |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    print("| setting | K | variant | plain tok/s | spec tok/s | speedup | alpha | tok/call | c | v | ideal (Thm 3.8) | with v | measured/ideal | measured/with v |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
-        print(f"| {r['setting']} | {r['K']} | {r['plain_tps']:.0f} | {r['spec_tps']:.0f} | {r['speedup']:.2f}x | "
+        print(f"| {r['setting']} | {r['K']} | {r['variant']} | {r['plain_tps']:.0f} | {r['spec_tps']:.0f} | {r['speedup']:.2f}x | "
               f"{r['alpha']:.3f} | {r['tokens_per_call']:.2f} | {r['c']:.3f} | {r['v']:.2f} | {r['ideal']:.2f}x | "
               f"{r['with_v']:.2f}x | {r['speedup'] / r['ideal']:.0%} | {r['speedup'] / r['with_v']:.0%} |")
     if args.profile:

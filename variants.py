@@ -20,8 +20,10 @@ What it leaves out: tree-shaped drafts beyond the root, batches, and learned dra
 """
 
 import torch
+import torch.nn as nn
 
 import speculative
+from model import GPTConfig
 from speculative import residual
 
 
@@ -74,6 +76,79 @@ def block_round(target, draft, tokens, k, probs, generator):
         target.rollback(t + tau)
         draft.rollback(t + tau)
     return tau
+
+
+# ---- 2. a draft with no model: prompt lookup / n-gram (Saxena 2023) -----------------------------------------
+
+class TokenListCache(nn.Module):
+    """A "KV cache" that is just the list of token ids seen, with model.GPT's interface (for models without
+    weights: this draft, and the tests' table models)."""
+
+    def __init__(self):
+        super().__init__()
+        self.cache = []
+
+    def reset_cache(self, batch_size=1):
+        self.cache = []
+
+    @property
+    def cache_len(self):
+        return len(self.cache)
+
+    def crop(self, n):
+        assert 0 <= n <= len(self.cache), f"crop({n}) needs 0 <= n <= cache_len ({len(self.cache)})"
+        del self.cache[n:]
+
+
+class NGramDraft(TokenListCache):
+    """A draft without weights: find the last n tokens earlier in the prompt or the text so far, propose what
+    followed them (the most recent match; shorter suffixes down to 1 token when none; else repeat the last token).
+
+    q is a point mass on that token, so the acceptance test min(1, p(x)/q(x)) becomes p(x), and a rejection
+    resamples from norm(max(0, p - q)) = p with x removed: still exactly the target's distribution, because the
+    draft token is drawn from the very q the test uses. smoothing=e mixes in the uniform distribution,
+    q = (1 - e) onehot + e / V (before temperature, top-k and top-p, which apply to q's logits as to any draft's).
+
+    It speaks model.GPT's cache interface (forward(idx, use_cache=True), reset_cache, crop, cache_len), so it is
+    passed as the `draft` of speculative_generate. Its window is unbounded: it looks through everything so far.
+    [5, 1, 2, 5, 1] with n=2 -> proposes 2 (the suffix 5, 1 occurred at 0..1, followed by 2).
+    """
+
+    def __init__(self, vocab_size, n=3, smoothing=0.0):
+        super().__init__()
+        if not isinstance(n, int) or n < 1:
+            raise ValueError(f"the n-gram length n must be an int >= 1 (tokens to match), got {n!r}")
+        if not 0.0 <= smoothing < 1.0:
+            raise ValueError(f"smoothing must be in [0, 1) (0: a point mass), got {smoothing}")
+        self.n, self.smoothing = n, smoothing
+        self.config = GPTConfig(block_size=2 ** 62, vocab_size=vocab_size, n_layer=0)  # no window: never slides
+
+    def num_params(self):
+        return 0
+
+    def propose(self, history):  # list of ids -> the id that followed the longest recent match of its suffix
+        for m in range(min(self.n, len(history) - 1), 0, -1):
+            suffix, last = history[-m:], history[-1]
+            for j in range(len(history) - 2, m - 2, -1):  # j: where an earlier copy of the suffix ends
+                if history[j] == last and history[j - m + 1:j + 1] == suffix:
+                    return history[j + 1]
+        return history[-1]
+
+    def next_logits(self, history):  # -> (V,) float64: log q
+        V, x = self.config.vocab_size, self.propose(history)
+        q = torch.full((V,), self.smoothing / V, dtype=torch.float64)
+        q[x] += 1.0 - self.smoothing
+        # subtle: a point mass as a large finite negative rather than -inf, so checks for finite logits pass;
+        # exp(-1e30 / temperature) is exactly 0 for any temperature above 1e-278
+        return torch.log(q).clamp(min=-1e30)
+
+    def forward(self, idx, targets=None, use_cache=False):  # idx (1, T) -> (logits (1, T, V), None)
+        history = self.cache if use_cache else []
+        out = []
+        for x in idx[0].tolist():
+            history.append(x)
+            out.append(self.next_logits(history))
+        return torch.stack(out)[None].to(idx.device), None
 
 
 # ---- choosing a round function: speculative_generate(..., verify=name, **params) --------------------------

@@ -5,8 +5,10 @@ distance, and the expected tokens per round are computed exactly, branch by bran
 import pytest
 import torch
 
+import speculative
 import variants
 from speculative import speculative_generate
+from variants import NGramDraft
 from tests.conftest import TableModel
 from tests.test_exact_enumeration import CASES, assert_same_distribution, enumerate_branches, target_joint
 
@@ -82,13 +84,47 @@ def test_enumeration_detects_a_block_residual_without_the_weight(monkeypatch):
     assert total_variation(got, want) > 1e-4
 
 
+# ---- the n-gram (prompt lookup) draft ---------------------------------------------------------------------
+
+@pytest.mark.parametrize("k,n,sampling,w_target,w_draft", CASES)
+def test_ngram_draft_output_distribution_equals_target_exactly(k, n, sampling, w_target, w_draft, monkeypatch):
+    got, want = output_distribution(monkeypatch, n, k, sampling, w_target, draft=NGramDraft(3, n=2))
+    assert_same_distribution(got, want)
+
+
+@pytest.mark.parametrize("verify", ["tokenwise", "block"])
+def test_smoothed_ngram_draft_is_exact_under_both_lossless_verifiers(verify, monkeypatch):
+    got, want = output_distribution(monkeypatch, 3, 3, dict(temperature=1.0), draft=NGramDraft(3, n=1, smoothing=0.3),
+                                    verify=verify)
+    assert_same_distribution(got, want)
+
+
+def test_enumeration_detects_a_broken_residual_with_the_ngram_draft(monkeypatch):
+    """With a point-mass q, resampling from p instead of norm(max(0, p - q)) can return the rejected token."""
+    monkeypatch.setattr(speculative, "residual", lambda p, q: p)
+    got, want = output_distribution(monkeypatch, 3, 2, dict(temperature=1.0), draft=NGramDraft(3, n=2))
+    assert total_variation(got, want) > 1e-3
+
+
+def test_ngram_draft_proposes_what_followed_the_longest_recent_match():
+    draft = NGramDraft(10, n=3)
+    assert draft.propose([5, 1, 2, 5, 1]) == 2  # "5 1" was followed by 2
+    assert draft.propose([1, 2, 7, 3, 2, 8, 1, 2]) == 7  # 3-gram "8 1 2" unseen; "1 2" last followed by 7
+    assert draft.propose([4, 9, 4, 6, 4]) == 6  # the most recent match of "4" wins
+    assert draft.propose([1, 2, 3]) == 3  # no match at all: repeat the last token
+    logits = draft(torch.tensor([[5, 1, 2, 5, 1]]))[0][0]  # (T, V)
+    assert torch.equal(speculative.sampling_probs(logits[-1]), torch.eye(10, dtype=torch.float64)[2])  # point mass
+
+
 # ---- bad arguments ----------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("kwargs,message", [
     (dict(verify="blok"), "unknown verify='blok'"),
     (dict(verify="block", lenience=0.5), "takes no parameter lenience"),
+    (dict(draft=lambda: NGramDraft(3, n=0)), "n-gram length n must be an int >= 1"),
+    (dict(draft=lambda: NGramDraft(3, n=2, smoothing=1.0)), "smoothing must be in"),
 ])
 def test_bad_verify_arguments_are_refused_clearly(kwargs, message):
-    target, draft = TableModel(seed=0), TableModel(seed=1)
+    target, make_draft = TableModel(seed=0), kwargs.pop("draft", lambda: TableModel(seed=1))
     with pytest.raises(ValueError, match=message):
-        speculative_generate(target, draft, torch.tensor([PROMPT]), 3, **kwargs)
+        speculative_generate(target, make_draft(), torch.tensor([PROMPT]), 3, **kwargs)
