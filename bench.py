@@ -33,7 +33,7 @@ import data
 from hf import GPT2_NAMES  # pretrained GPT-2 through transformers (optional; imported only when used)
 from sample import load
 from speculative import autoregressive_generate, speculative_generate
-from variants import VERIFIERS, NGramDraft
+from variants import VERIFIERS, NGramDraft, round_function
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SETTINGS = {"t0": dict(temperature=0.0), "t0.8p0.95": dict(temperature=0.8, top_p=0.95), "t1.0": dict(temperature=1.0)}
@@ -48,6 +48,9 @@ def get_args(argv=None):
     ap.add_argument("--verify", default="tokenwise",
                     help=f"comma-separated verifiers, from {sorted(VERIFIERS)}: each draft x verifier is a row")
     ap.add_argument("--ngram_n", type=int, default=3, help="with --draft ngram: how many last tokens to match")
+    ap.add_argument("--lenience", type=float, default=0.5, help="with --verify lenient (LOSSY): l in (0, 1], 1 exact")
+    ap.add_argument("--epsilon", type=float, default=0.09, help="with --verify typical (LOSSY): hard threshold")
+    ap.add_argument("--delta", type=float, default=0.3, help="with --verify typical (LOSSY): entropy-scaled threshold")
     ap.add_argument("--init_from", default=None, choices=GPT2_NAMES,
                     help="target = pretrained GPT-2 via transformers (cached or downloadable) instead of --target")
     ap.add_argument("--k", default="1,2,3,4,5,6,7,8", help="comma-separated draft lengths")
@@ -82,6 +85,11 @@ def get_args(argv=None):
         ap.error(f"--verify: choose from {sorted(VERIFIERS)}")
     if args.ngram_n < 1:
         ap.error("--ngram_n must be >= 1 (how many last tokens the n-gram draft matches)")
+    for verify in args.verify:
+        try:
+            round_function(verify, **{name: getattr(args, name) for name in VERIFIERS[verify][1]})
+        except ValueError as e:
+            ap.error(str(e))
     if args.init_from:
         args.target = args.init_from
     return args
@@ -139,7 +147,7 @@ def main(argv=None):
         if dmeta["tokenizer"] != tmeta["tokenizer"]:
             raise SystemExit("the draft and the target use different tokenizers")
         for verify in args.verify:
-            params = {name: getattr(args, name) for name in VERIFIERS[verify][1]}
+            params = {name: getattr(args, name) for name in VERIFIERS[verify][1]}  # e.g. --lenience
             label = f"{os.path.basename(path).removesuffix('.pt')}{'' if path != 'ngram' else args.ngram_n} {verify}"
             label += "".join(f" {name}={value}" for name, value in params.items())
             variants.append((label, draft, dict(verify=verify, **params)))

@@ -8,6 +8,9 @@ speculative.py stays the readable core (Algorithm 2, token-wise verification). T
     speculative_generate(target, draft, idx, n, verify="lenient", lenience=0.5)     # LOSSY, labelled
     speculative_generate(target, draft, idx, n, verify="typical", epsilon=0.09, delta=0.3)  # LOSSY, labelled
 
+variants.VERIFIERS says which verifiers are lossless; for the lossy ones the tests and notebook 04 compute the
+exact total-variation distance of their output from the target's, so the price of the speed is on the page.
+
 Sources: block verification, Sun et al. 2024, "Block Verification Accelerates Speculative Decoding"
 (arXiv:2403.10444), Algorithm 2; prompt lookup / n-gram drafting (Saxena 2023, "Prompt Lookup Decoding";
 Leviathan et al. 2023 note that any q works); lenience, Leviathan et al. 2023 (arXiv:2211.17192), Appendix
@@ -76,6 +79,57 @@ def block_round(target, draft, tokens, k, probs, generator):
         target.rollback(t + tau)
         draft.rollback(t + tau)
     return tau
+
+
+# ---- 3. lossy contrasts: faster because they accept more, biased because of it ------------------------------
+
+def rule_round(target, draft, tokens, k, probs, generator, accept, replacement):
+    """speculative_round with its two rules swapped out: keep x_i with probability accept(p_i, q_i, x_i); at the
+    first rejection draw from replacement(p_i, q_i) and stop. Chen et al.'s rules make it exact; others do not."""
+    t = len(tokens)
+    qs, p = propose_and_score(target, draft, tokens, k, probs, generator)
+    for i in range(k):
+        x = tokens[t + i]
+        if not speculative.coin(accept(p[i], qs[i], x), generator):
+            tokens[t + i:] = [speculative.sample(replacement(p[i], qs[i]), generator)]
+            target.rollback(t + i)
+            draft.rollback(t + i)
+            return i
+    tokens.append(speculative.sample(p[k], generator))  # all kept: the bonus token from p_K
+    return k
+
+
+def lenient_round(target, draft, tokens, k, probs, generator, lenience):
+    """LOSSY. Leviathan et al. 2023, Appendix A.5: compare p with l q instead of q (lenience 0 < l <= 1).
+    Keep x with probability min(1, p(x) / (l q(x))), else draw from norm(max(0, p - l q)). l = 1 is exact;
+    l < 1 keeps more drafts and moves the output towards q."""
+    return rule_round(target, draft, tokens, k, probs, generator,
+                      accept=lambda p, q, x: min(1.0, p[x].item() / (lenience * q[x].item())),
+                      replacement=lambda p, q: residual(p, lenience * q))
+
+
+def typical_threshold(p, epsilon, delta):  # (V,) -> float: min(epsilon, delta exp(-H(p)))
+    return min(epsilon, delta * torch.exp(-torch.special.entr(p).sum()).item())  # entr: -p log p, 0 at p = 0
+
+
+def typical_round(target, draft, tokens, k, probs, generator, epsilon, delta):
+    """LOSSY. Typical acceptance, Cai et al. 2024 (Medusa), Section 2.3.1: keep x whenever the target finds it
+    plausible enough, p(x) > min(epsilon, delta exp(-H(p))), with no coin at all; at the first failure draw from p
+    itself. Greedy (one-hot p) stays exact; otherwise the draft's choices among plausible tokens show through."""
+    return rule_round(target, draft, tokens, k, probs, generator,  # coin(1.0) always passes, coin(0.0) never
+                      accept=lambda p, q, x: 1.0 if p[x].item() > typical_threshold(p, epsilon, delta) else 0.0,
+                      replacement=lambda p, q: p)
+
+
+def check_lenient(lenience):
+    if not 0.0 < lenience <= 1.0:
+        raise ValueError(f"lenience must be in (0, 1] (1: exact, smaller: more accepted, more biased), got {lenience}")
+
+
+def check_typical(epsilon, delta):
+    if not 0.0 < epsilon <= 1.0 or not delta >= 0.0:
+        raise ValueError(f"typical acceptance needs 0 < epsilon <= 1 and delta >= 0 (Medusa: 0.09 and 0.3), "
+                         f"got epsilon={epsilon}, delta={delta}")
 
 
 # ---- 2. a draft with no model: prompt lookup / n-gram (Saxena 2023) -----------------------------------------
@@ -153,14 +207,19 @@ class NGramDraft(TokenListCache):
 
 # ---- choosing a round function: speculative_generate(..., verify=name, **params) --------------------------
 
-VERIFIERS = {"tokenwise": (speculative.speculative_round, {}), "block": (block_round, {})}
+VERIFIERS = {  # name: (round function, its parameters with their defaults, their check, lossless?)
+    "tokenwise": (speculative.speculative_round, {}, None, True),
+    "block": (block_round, {}, None, True),
+    "lenient": (lenient_round, dict(lenience=0.5), check_lenient, False),
+    "typical": (typical_round, dict(epsilon=0.09, delta=0.3), check_typical, False),
+}
 
 
 def round_function(verify, **params):
     """-> a round function with speculative_round's signature, its parameters bound. Clear errors for bad input."""
     if verify not in VERIFIERS:
         raise ValueError(f"unknown verify={verify!r}: choose from {sorted(VERIFIERS)}")
-    fn, defaults = VERIFIERS[verify]
+    fn, defaults, check, _ = VERIFIERS[verify]
     unknown = set(params) - set(defaults)
     if unknown:
         allowed = ", ".join(sorted(defaults)) or "none"
@@ -168,4 +227,10 @@ def round_function(verify, **params):
     if not defaults:
         return fn
     bound = {**defaults, **params}
+    check(**bound)
     return lambda target, draft, tokens, k, probs, generator: fn(target, draft, tokens, k, probs, generator, **bound)
+
+
+def total_variation(got, want):  # {outcome: probability} x2 -> 1/2 sum |got - want|
+    """The exact distance of a variant's output distribution from the target's, both from the enumeration."""
+    return 0.5 * sum(abs(got.get(s, 0.0) - want.get(s, 0.0)) for s in set(got) | set(want))

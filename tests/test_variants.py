@@ -8,7 +8,7 @@ import torch
 import speculative
 import variants
 from speculative import speculative_generate
-from variants import NGramDraft
+from variants import NGramDraft, total_variation
 from tests.conftest import TableModel
 from tests.test_exact_enumeration import CASES, assert_same_distribution, enumerate_branches, target_joint
 
@@ -45,10 +45,6 @@ def first_round_tokens(monkeypatch, k, sampling, draft=None, **verify):
         raise AssertionError("speculative_generate never streamed a round")
 
     return sum(prob * emitted for (emitted,), prob in enumerate_branches(run, monkeypatch).items())
-
-
-def total_variation(got, want):
-    return 0.5 * sum(abs(got.get(s, 0.0) - want.get(s, 0.0)) for s in set(got) | set(want))
 
 
 # ---- block verification ---------------------------------------------------------------------------------
@@ -116,11 +112,38 @@ def test_ngram_draft_proposes_what_followed_the_longest_recent_match():
     assert torch.equal(speculative.sampling_probs(logits[-1]), torch.eye(10, dtype=torch.float64)[2])  # point mass
 
 
+# ---- the lossy contrasts: the enumeration measures their bias ----------------------------------------------
+
+def test_lenience_one_is_exact_and_lenience_below_one_is_biased(monkeypatch):
+    got, want = output_distribution(monkeypatch, 3, 2, dict(temperature=1.0), verify="lenient", lenience=1.0)
+    assert_same_distribution(got, want)
+    tv = [total_variation(*output_distribution(monkeypatch, 3, 2, dict(temperature=1.0), verify="lenient",
+                                               lenience=l)) for l in (0.8, 0.5, 0.2)]
+    assert 1e-3 < tv[0] < tv[1] < tv[2], f"TV at lenience 0.8, 0.5, 0.2: {tv}"  # more lenient, more biased
+
+
+def test_typical_acceptance_is_biased_when_sampling_and_exact_when_greedy(monkeypatch):
+    got, want = output_distribution(monkeypatch, 3, 2, dict(temperature=1.0), verify="typical")
+    assert total_variation(got, want) > 1e-3
+    got, want = output_distribution(monkeypatch, 3, 2, dict(temperature=0.0), verify="typical")
+    assert_same_distribution(got, want)
+
+
+def test_typical_threshold_is_min_of_epsilon_and_delta_times_exp_minus_entropy():
+    uniform = torch.full((4,), 0.25, dtype=torch.float64)  # H = log 4: delta exp(-H) = delta / 4
+    assert abs(variants.typical_threshold(uniform, 0.09, 0.3) - 0.075) < 1e-12
+    assert abs(variants.typical_threshold(uniform, 0.05, 0.3) - 0.05) < 1e-12
+    assert variants.typical_threshold(torch.tensor([1.0, 0.0]), 0.09, 0.3) == 0.09  # H = 0, and 0 log 0 = 0
+
+
 # ---- bad arguments ----------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("kwargs,message", [
     (dict(verify="blok"), "unknown verify='blok'"),
     (dict(verify="block", lenience=0.5), "takes no parameter lenience"),
+    (dict(verify="lenient", lenience=0.0), r"lenience must be in \(0, 1\]"),
+    (dict(verify="lenient", lenience=1.5), r"lenience must be in \(0, 1\]"),
+    (dict(verify="typical", epsilon=0.0), "typical acceptance needs 0 < epsilon <= 1"),
     (dict(draft=lambda: NGramDraft(3, n=0)), "n-gram length n must be an int >= 1"),
     (dict(draft=lambda: NGramDraft(3, n=2, smoothing=1.0)), "smoothing must be in"),
 ])
