@@ -48,6 +48,8 @@ def get_args(argv=None):
     ap.add_argument("--verify", default="tokenwise",
                     help=f"comma-separated verifiers, from {sorted(VERIFIERS)}: each draft x verifier is a row")
     ap.add_argument("--ngram_n", type=int, default=3, help="with --draft ngram: how many last tokens to match")
+    ap.add_argument("--n_drafts", type=int, default=2, help="with --verify multidraft: candidates at the root")
+    ap.add_argument("--replacement", action="store_true", help="with --verify multidraft: i.i.d. candidates")
     ap.add_argument("--lenience", type=float, default=0.5, help="with --verify lenient (LOSSY): l in (0, 1], 1 exact")
     ap.add_argument("--epsilon", type=float, default=0.09, help="with --verify typical (LOSSY): hard threshold")
     ap.add_argument("--delta", type=float, default=0.3, help="with --verify typical (LOSSY): entropy-scaled threshold")

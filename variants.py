@@ -5,6 +5,7 @@ speculative.py stays the readable core (Algorithm 2, token-wise verification). T
 
     speculative_generate(target, draft, idx, n, verify="block")             # lossless, >= token-wise tokens/round
     speculative_generate(target, NGramDraft(V, n=3), idx, n)                # lossless, no draft model at all
+    speculative_generate(target, draft, idx, n, verify="multidraft", n_drafts=3)   # lossless, 3 candidates at the root
     speculative_generate(target, draft, idx, n, verify="lenient", lenience=0.5)     # LOSSY, labelled
     speculative_generate(target, draft, idx, n, verify="typical", epsilon=0.09, delta=0.3)  # LOSSY, labelled
 
@@ -13,13 +14,14 @@ exact total-variation distance of their output from the target's, so the price o
 
 Sources: block verification, Sun et al. 2024, "Block Verification Accelerates Speculative Decoding"
 (arXiv:2403.10444), Algorithm 2; prompt lookup / n-gram drafting (Saxena 2023, "Prompt Lookup Decoding";
-Leviathan et al. 2023 note that any q works); lenience, Leviathan et al. 2023 (arXiv:2211.17192), Appendix
+Leviathan et al. 2023 note that any q works); several drafts at the root, Miao et al. 2024, "SpecInfer"
+(arXiv:2305.09781), and Jeon et al. 2024, "Recursive Speculative Decoding" (arXiv:2402.14160); lenience, Leviathan et al. 2023 (arXiv:2211.17192), Appendix
 A.5; typical acceptance, Cai et al. 2024, "Medusa" (arXiv:2401.10774), Section 2.3.1.
 
 Every round function has speculative_round's signature (target, draft, tokens, k, probs, generator) -> kept and
 takes k per call, so K may change between rounds. All randomness goes through speculative.sample() and
 speculative.coin(), called as module attributes so that the tests' enumeration of every branch reaches them.
-What it leaves out: tree-shaped drafts beyond the root, batches, and learned draft heads (Medusa's, EAGLE's).
+What it leaves out: a tree attention mask (multidraft scores its branches one forward each), batches, and learned draft heads (Medusa's, EAGLE's).
 """
 
 import torch
@@ -27,7 +29,7 @@ import torch.nn as nn
 
 import speculative
 from model import GPTConfig
-from speculative import residual
+from speculative import accept_probability, residual
 
 
 def propose_and_score(target, draft, tokens, k, probs, generator):
@@ -88,15 +90,21 @@ def rule_round(target, draft, tokens, k, probs, generator, accept, replacement):
     first rejection draw from replacement(p_i, q_i) and stop. Chen et al.'s rules make it exact; others do not."""
     t = len(tokens)
     qs, p = propose_and_score(target, draft, tokens, k, probs, generator)
-    for i in range(k):
+    return judge(target, draft, tokens, t, qs, p, accept, replacement, generator)
+
+
+def judge(target, draft, tokens, t, qs, p, accept, replacement, generator, first=0):
+    """tokens[t:] are K drafts, drawn from qs (K of (V,)) and scored p (K+1, V). Left to right from draft `first`:
+    keep x_i with probability accept(p_i, q_i, x_i), or draw its replacement and stop; all kept: a bonus from p_K."""
+    for i in range(first, len(qs)):
         x = tokens[t + i]
         if not speculative.coin(accept(p[i], qs[i], x), generator):
             tokens[t + i:] = [speculative.sample(replacement(p[i], qs[i]), generator)]
             target.rollback(t + i)
             draft.rollback(t + i)
             return i
-    tokens.append(speculative.sample(p[k], generator))  # all kept: the bonus token from p_K
-    return k
+    tokens.append(speculative.sample(p[len(qs)], generator))
+    return len(qs)
 
 
 def lenient_round(target, draft, tokens, k, probs, generator, lenience):
@@ -119,6 +127,73 @@ def typical_round(target, draft, tokens, k, probs, generator, epsilon, delta):
     return rule_round(target, draft, tokens, k, probs, generator,  # coin(1.0) always passes, coin(0.0) never
                       accept=lambda p, q, x: 1.0 if p[x].item() > typical_threshold(p, epsilon, delta) else 0.0,
                       replacement=lambda p, q: p)
+
+
+# ---- 4. several drafts at the root: recursive rejection sampling (SpecInfer; Jeon et al. 2024) --------------
+
+def without(q, x):  # (V,), id -> (V,): q with x removed and renormalised (all-zero once q's support is used up)
+    q = q.clone()
+    q[x] = 0.0
+    total = q.sum()
+    return q / total if total > 0 else q
+
+
+def multidraft_round(target, draft, tokens, k, probs, generator, n_drafts, replacement):
+    """n_drafts candidates for the first position, each with its own chain of k-1 more drafts (a tree of n
+    branches). Lossless. Returns how many drafts of the accepted branch it kept (0: no candidate accepted).
+
+    Root, recursive rejection sampling: r_1 = p_0. Candidate j was drawn from q_j (q itself with replacement;
+    without, q with c_1..c_{j-1} removed and renormalised, Jeon et al. 2024). Keep c_j with probability
+    min(1, r_j(c_j) / q_j(c_j)); else r_{j+1} = norm(max(0, r_j - q_j)) and try the next; if every candidate
+    fails, draw from r_{n+1}. Each step is one speculative step from q_j towards r_j, so the root token ~ p_0.
+    Then plain speculative verification continues along the accepted candidate's chain.
+
+    subtle: SpecInfer scores the whole tree in ONE target forward with a tree attention mask. model.py has no
+    tree mask, so this scores the branches one after the other: n_drafts target forwards per round. It shows
+    the acceptance gain at the root exactly; its speed here pays n forwards for it.
+    """
+    if k == 0:  # the last token of a call, or at a window change: nothing to draft
+        return speculative.speculative_round(target, draft, tokens, 0, probs, generator)
+    t = len(tokens)
+    q = probs(draft.logits(tokens, t, 1)[0])  # (V,): the draft's distribution for position t
+    candidates, q_of = [], []  # c_j and the q_j it was drawn from
+    q_j = q
+    for _ in range(n_drafts):
+        if q_j.sum() <= 0:  # without replacement: q's whole support already tried
+            break
+        candidates.append(speculative.sample(q_j, generator))
+        q_of.append(q_j)
+        q_j = q if replacement else without(q_j, candidates[-1])
+    branches = []  # (the branch's k tokens, their q's, the target's p over its k+1 positions)
+    for c in candidates:
+        seq, qs = tokens + [c], [q]
+        for i in range(1, k):  # the branch's chain: x_i ~ q(. | prefix, c, x_1..x_{i-1})
+            qs.append(probs(draft.logits(seq, t + i, 1)[0]))
+            seq.append(speculative.sample(qs[i], generator))
+        branches.append((seq[t:], qs, probs(target.logits(seq, t, k + 1))))  # (K+1, V)
+        # the next branch starts again from the root (the target re-reads x_{t-1}: its logits give p_0); the next
+        # round re-reads whatever is kept
+        target.rollback(t - 1)
+        draft.rollback(t)
+    r = branches[0][2][0]  # p_0, the target at the root (the same in every branch)
+    for c, q_j, (branch, qs, p) in zip(candidates, q_of, branches):
+        if speculative.coin(accept_probability(r[c].item(), q_j[c].item()), generator):  # keep c_j: r_j / q_j
+            tokens.extend(branch)  # ... and judge the rest of its chain token by token (Chen et al.)
+            return judge(target, draft, tokens, t, qs, p, tokenwise_accept, residual, generator, first=1)
+        r = residual(r, q_j)  # rejected: r_{j+1} = norm(max(0, r_j - q_j))
+    tokens.append(speculative.sample(r, generator))
+    return 0
+
+
+def tokenwise_accept(p, q, x):  # Chen et al.'s rule: min(1, p(x) / q(x))
+    return accept_probability(p[x].item(), q[x].item())
+
+
+def check_multidraft(n_drafts, replacement):
+    if not isinstance(n_drafts, int) or n_drafts < 1:
+        raise ValueError(f"n_drafts (candidates at the root) must be an int >= 1, got {n_drafts!r}")
+    if not isinstance(replacement, bool):
+        raise ValueError(f"replacement must be True (i.i.d. candidates) or False (distinct), got {replacement!r}")
 
 
 def check_lenient(lenience):
@@ -212,6 +287,7 @@ VERIFIERS = {  # name: (round function, its parameters with their defaults, thei
     "block": (block_round, {}, None, True),
     "lenient": (lenient_round, dict(lenience=0.5), check_lenient, False),
     "typical": (typical_round, dict(epsilon=0.09, delta=0.3), check_typical, False),
+    "multidraft": (multidraft_round, dict(n_drafts=2, replacement=False), check_multidraft, True),
 }
 
 

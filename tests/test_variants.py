@@ -28,8 +28,8 @@ class FirstRoundDone(Exception):
     pass
 
 
-def first_round_tokens(monkeypatch, k, sampling, draft=None, **verify):
-    """Exact expected number of tokens the first round emits (kept drafts + 1): every branch of that round,
+def first_round_distribution(monkeypatch, k, sampling, draft=None, **verify):
+    """Exact distribution of how many tokens the first round emits (kept drafts + 1): every branch of that round,
     each weighted by its probability. The run stops after the round (stream raises), so later rounds do not
     multiply the branches."""
     target, draft = TableModel(seed=0, block_size=8), draft if draft is not None else TableModel(seed=1, block_size=8)
@@ -44,7 +44,12 @@ def first_round_tokens(monkeypatch, k, sampling, draft=None, **verify):
             return done.args
         raise AssertionError("speculative_generate never streamed a round")
 
-    return sum(prob * emitted for (emitted,), prob in enumerate_branches(run, monkeypatch).items())
+    return {emitted: prob for (emitted,), prob in enumerate_branches(run, monkeypatch).items()}
+
+
+def first_round_tokens(monkeypatch, k, sampling, draft=None, **verify):
+    """Exact expected number of tokens the first round emits."""
+    return sum(n * prob for n, prob in first_round_distribution(monkeypatch, k, sampling, draft, **verify).items())
 
 
 # ---- block verification ---------------------------------------------------------------------------------
@@ -112,6 +117,55 @@ def test_ngram_draft_proposes_what_followed_the_longest_recent_match():
     assert torch.equal(speculative.sampling_probs(logits[-1]), torch.eye(10, dtype=torch.float64)[2])  # point mass
 
 
+# ---- several drafts at the root -----------------------------------------------------------------------------
+
+MULTI_CASES = [  # (k, n new tokens, sampling, target block_size, draft block_size, n_drafts, replacement)
+    (1, 3, dict(temperature=1.0), 8, 8, 2, True),
+    (2, 3, dict(temperature=1.0), 8, 8, 2, False),
+    (2, 3, dict(temperature=1.0), 8, 8, 3, False),  # 3 distinct candidates: q's whole support of 3 tokens
+    (1, 3, dict(temperature=1.0), 8, 8, 4, False),  # more candidates than tokens: stops when q is used up
+    (2, 3, dict(temperature=0.7, top_k=2), 8, 8, 3, True),
+    (2, 3, dict(temperature=0.0), 8, 8, 2, False),
+    (2, 4, dict(temperature=1.0, top_p=0.8), 4, 6, 2, False),  # the windows slide
+]
+
+
+@pytest.mark.parametrize("k,n,sampling,w_target,w_draft,n_drafts,replacement", MULTI_CASES)
+def test_multidraft_output_distribution_equals_target_exactly(k, n, sampling, w_target, w_draft, n_drafts,
+                                                              replacement, monkeypatch):
+    got, want = output_distribution(monkeypatch, n, k, sampling, w_target, w_draft, verify="multidraft",
+                                    n_drafts=n_drafts, replacement=replacement)
+    assert_same_distribution(got, want)
+
+
+def root_acceptance(monkeypatch, **verify):
+    """Exact probability that the first round keeps a draft at the root (it emits >= 2 tokens), K = 2."""
+    dist = first_round_distribution(monkeypatch, 2, dict(temperature=1.0), **verify)
+    return sum(prob for emitted, prob in dist.items() if emitted >= 2)
+
+
+@pytest.mark.parametrize("replacement", [True, False])
+def test_more_candidates_at_the_root_are_accepted_more_often(replacement, monkeypatch):
+    single = root_acceptance(monkeypatch)
+    target, draft = TableModel(seed=0, block_size=8), TableModel(seed=1, block_size=8)
+    p = speculative.sampling_probs(target.next_logits(PROMPT))
+    q = speculative.sampling_probs(draft.next_logits(PROMPT))
+    assert abs(single - torch.minimum(p, q).sum().item()) < 1e-12  # one draft: sum_x min(p, q) = 1 - TV(p, q)
+    multi = [root_acceptance(monkeypatch, verify="multidraft", n_drafts=n, replacement=replacement) for n in (1, 2, 3)]
+    assert abs(multi[0] - single) < 1e-12
+    assert single < multi[1] - 1e-3 and multi[1] <= multi[2] + 1e-12, (single, multi)
+    if not replacement:  # 3 distinct candidates cover all 3 tokens: the root always keeps one
+        assert abs(multi[2] - 1.0) < 1e-12
+
+
+def test_enumeration_detects_a_root_residual_that_is_not_updated(monkeypatch):
+    """Trying the second candidate against p_0 again instead of norm(max(0, p_0 - q)) is biased."""
+    monkeypatch.setattr(variants, "residual", lambda p, q: p)
+    got, want = output_distribution(monkeypatch, 3, 1, dict(temperature=1.0), verify="multidraft", n_drafts=2,
+                                    replacement=True)
+    assert total_variation(got, want) > 1e-3
+
+
 # ---- the lossy contrasts: the enumeration measures their bias ----------------------------------------------
 
 def test_lenience_one_is_exact_and_lenience_below_one_is_biased(monkeypatch):
@@ -144,6 +198,7 @@ def test_typical_threshold_is_min_of_epsilon_and_delta_times_exp_minus_entropy()
     (dict(verify="lenient", lenience=0.0), r"lenience must be in \(0, 1\]"),
     (dict(verify="lenient", lenience=1.5), r"lenience must be in \(0, 1\]"),
     (dict(verify="typical", epsilon=0.0), "typical acceptance needs 0 < epsilon <= 1"),
+    (dict(verify="multidraft", n_drafts=0), "n_drafts .* must be an int >= 1"),
     (dict(draft=lambda: NGramDraft(3, n=0)), "n-gram length n must be an int >= 1"),
     (dict(draft=lambda: NGramDraft(3, n=2, smoothing=1.0)), "smoothing must be in"),
 ])
