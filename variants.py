@@ -5,7 +5,7 @@ speculative.py stays the readable core (Algorithm 2, token-wise verification). T
 
     speculative_generate(target, draft, idx, n, verify="block")             # lossless, >= token-wise tokens/round
     speculative_generate(target, NGramDraft(V, n=3), idx, n)                # lossless, no draft model at all
-    speculative_generate(target, draft, idx, n, verify="multidraft", n_drafts=3)   # lossless, 3 candidates at the root
+    speculative_generate(target, draft, idx, n, verify="multidraft", n_drafts=3)   # lossless, 3 root candidates
     speculative_generate(target, draft, idx, n, verify="lenient", lenience=0.5)     # LOSSY, labelled
     speculative_generate(target, draft, idx, n, verify="typical", epsilon=0.09, delta=0.3)  # LOSSY, labelled
 
@@ -15,13 +15,15 @@ exact total-variation distance of their output from the target's, so the price o
 Sources: block verification, Sun et al. 2024, "Block Verification Accelerates Speculative Decoding"
 (arXiv:2403.10444), Algorithm 2; prompt lookup / n-gram drafting (Saxena 2023, "Prompt Lookup Decoding";
 Leviathan et al. 2023 note that any q works); several drafts at the root, Miao et al. 2024, "SpecInfer"
-(arXiv:2305.09781), and Jeon et al. 2024, "Recursive Speculative Decoding" (arXiv:2402.14160); lenience, Leviathan et al. 2023 (arXiv:2211.17192), Appendix
-A.5; typical acceptance, Cai et al. 2024, "Medusa" (arXiv:2401.10774), Section 2.3.1.
+(arXiv:2305.09781), and Jeon et al. 2024, "Recursive Speculative Decoding" (arXiv:2402.14160); lenience,
+Leviathan et al. 2023 (arXiv:2211.17192), Appendix A.5; typical acceptance, Cai et al. 2024, "Medusa"
+(arXiv:2401.10774), Section 2.3.1.
 
 Every round function has speculative_round's signature (target, draft, tokens, k, probs, generator) -> kept and
 takes k per call, so K may change between rounds. All randomness goes through speculative.sample() and
 speculative.coin(), called as module attributes so that the tests' enumeration of every branch reaches them.
-What it leaves out: a tree attention mask (multidraft scores its branches one forward each), batches, and learned draft heads (Medusa's, EAGLE's).
+What it leaves out: a tree attention mask (multidraft scores its branches one target forward each), batches,
+and learned draft heads (Medusa's, EAGLE's).
 """
 
 import torch
@@ -41,7 +43,7 @@ def propose_and_score(target, draft, tokens, k, probs, generator):
     return qs, probs(target.logits(tokens, t, k + 1))  # list of k (V,), (K+1, V)
 
 
-# ---- 1. block verification (Sun et al. 2024, Algorithm 2): lossless and optimal ---------------------------
+# ---- block verification (Sun et al. 2024, Algorithm 2): lossless and optimal ---------------------------
 
 def block_residual(a, p, q):  # float, (V,), (V,) -> (V,)
     """norm(max(0, a p - q)): the distribution of the token after a block cut at weight a (a = 1: the usual)."""
@@ -83,7 +85,7 @@ def block_round(target, draft, tokens, k, probs, generator):
     return tau
 
 
-# ---- 3. lossy contrasts: faster because they accept more, biased because of it ------------------------------
+# ---- lossy contrasts: faster because they accept more, biased because of it ------------------------------
 
 def rule_round(target, draft, tokens, k, probs, generator, accept, replacement):
     """speculative_round with its two rules swapped out: keep x_i with probability accept(p_i, q_i, x_i); at the
@@ -129,7 +131,7 @@ def typical_round(target, draft, tokens, k, probs, generator, epsilon, delta):
                       replacement=lambda p, q: p)
 
 
-# ---- 4. several drafts at the root: recursive rejection sampling (SpecInfer; Jeon et al. 2024) --------------
+# ---- several drafts at the root: recursive rejection sampling (SpecInfer; Jeon et al. 2024) --------------
 
 def without(q, x):  # (V,), id -> (V,): q with x removed and renormalised (all-zero once q's support is used up)
     q = q.clone()
@@ -207,7 +209,7 @@ def check_typical(epsilon, delta):
                          f"got epsilon={epsilon}, delta={delta}")
 
 
-# ---- 2. a draft with no model: prompt lookup / n-gram (Saxena 2023) -----------------------------------------
+# ---- a draft with no model: prompt lookup / n-gram (Saxena 2023) -----------------------------------------
 
 class TokenListCache(nn.Module):
     """A "KV cache" that is just the list of token ids seen, with model.GPT's interface (for models without
@@ -299,7 +301,8 @@ def round_function(verify, **params):
     unknown = set(params) - set(defaults)
     if unknown:
         allowed = ", ".join(sorted(defaults)) or "none"
-        raise ValueError(f"verify={verify!r} takes no parameter {', '.join(sorted(unknown))} (its parameters: {allowed})")
+        raise ValueError(f"verify={verify!r} takes no parameter {', '.join(sorted(unknown))} "
+                         f"(its parameters: {allowed})")
     if not defaults:
         return fn
     bound = {**defaults, **params}

@@ -117,8 +117,8 @@ def test_an_ngram_length_below_one_is_refused_clearly(script, capsys):
 def test_bench_puts_every_draft_and_verifier_in_one_table(pair, capsys):
     import bench
     tmp, corpus = pair
-    bench.main(["--target", str(tmp / "target.pt"), "--draft", f"{tmp / 'draft.pt'},ngram", "--verify", "tokenwise,block",
-                "--corpus", str(corpus), "--k", "2", "--settings", "t1.0", "--prompts", "1", "--prompt_len", "8",
+    bench.main(["--target", str(tmp / "target.pt"), "--draft", f"{tmp / 'draft.pt'},ngram",
+                "--verify", "tokenwise,block", "--corpus", str(corpus), "--k", "2", "--settings", "t1.0", "--prompts", "1", "--prompt_len", "8",
                 "--max_new_tokens", "8", "--repeats", "1"])
     rows = [line.split(" | ")[2] for line in capsys.readouterr().out.splitlines() if line.startswith("| t")]
     assert rows == ["draft tokenwise", "draft block", "ngram3 tokenwise", "ngram3 block"]
