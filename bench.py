@@ -169,6 +169,7 @@ def main(argv=None):
         keys = [(v[0], K) for K, v in runs]
         plain_tps, spec_tps = [], {key: [] for key in keys}
         plain_step, draft_step, target_fwd, rounds = [], {}, {key: [] for key in keys}, {key: [] for key in keys}
+        calls = {key: 0 for key in keys}  # target forwards: one per round, but multidraft's n_drafts per round
         for rep in range(args.repeats):
             # interleaved as finely as possible: each prompt runs plainly, then with every K, before the next
             # prompt, so a slow spell of a shared machine hits all of them alike
@@ -184,6 +185,7 @@ def main(argv=None):
                     draft_step.setdefault(id(draft), []).append(steady(s.draft_times))
                     target_fwd[key].append(steady(s.target_times))
                     rounds[key] += s.rounds
+                    calls[key] += s.target_calls
             plain_tps.append(tokens[0] / seconds[0])
             for key in keys:
                 spec_tps[key].append(tokens[key] / seconds[key])
@@ -195,7 +197,7 @@ def main(argv=None):
             plain, spec = statistics.median(plain_tps), statistics.median(spec_tps[key])
             emitted = sum(a + 1 for _, _, a in rounds[key])
             rows.append(dict(setting=name, K=K, variant=label, plain_tps=plain, spec_tps=spec, speedup=spec / plain,
-                             alpha=alpha, tokens_per_call=emitted / len(rounds[key]), c=c, v=v,
+                             alpha=alpha, tokens_per_call=emitted / calls[key], c=c, v=v,
                              ideal=predicted(alpha, K, c), with_v=predicted(alpha, K, c, v)))
 
     print(f"target {args.target} ({target.num_params() / 1e6:.2f}M), draft {args.draft} "
