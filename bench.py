@@ -5,6 +5,7 @@ speedup that Leviathan et al. 2023, Theorem 3.8, predicts from the measured acce
     python bench.py                                   # the shipped pair, K = 1..8, three sampling settings
     python bench.py --k 4 --settings t1.0 --draft runs/draft-1x64/draft.pt
     python bench.py --k 7 --settings t1.0 --profile   # and where the time goes (forward costs, cProfile)
+    python bench.py --k 4 --draft checkpoints/draft.pt,ngram --verify tokenwise,block   # variants.py, one table
     python bench.py --init_from gpt2-xl --draft gpt2 --device cuda --k 4,6   # pretrained GPT-2 (transformers)
 
 For each setting and K it reports tokens/s of both samplers (median over --repeats), the speedup, alpha (the
@@ -33,6 +34,7 @@ from fast import DECODERS, with_decoder
 from hf import GPT2_NAMES  # pretrained GPT-2 through transformers (optional; imported only when used)
 from sample import load, parse_k
 from speculative import autoregressive_generate, speculative_generate
+from variants import VERIFIERS, NGramDraft, round_function
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SETTINGS = {"t0": dict(temperature=0.0), "t0.8p0.95": dict(temperature=0.8, top_p=0.95), "t1.0": dict(temperature=1.0)}
@@ -42,7 +44,16 @@ def get_args(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--target", default=os.path.join(HERE, "checkpoints", "target.pt"))
     ap.add_argument("--draft", default=None,
-                    help="draft checkpoint or GPT-2 name (default: checkpoints/draft.pt, or gpt2 with --init_from)")
+                    help="comma-separated drafts, each a checkpoint, a GPT-2 name or 'ngram' (prompt lookup, no model) "
+                         "(default: checkpoints/draft.pt, or gpt2 with --init_from)")
+    ap.add_argument("--verify", default="tokenwise",
+                    help=f"comma-separated verifiers, from {sorted(VERIFIERS)}: each draft x verifier is a row")
+    ap.add_argument("--ngram_n", type=int, default=3, help="with --draft ngram: how many last tokens to match")
+    ap.add_argument("--n_drafts", type=int, default=2, help="with --verify multidraft: candidates at the root")
+    ap.add_argument("--replacement", action="store_true", help="with --verify multidraft: i.i.d. candidates")
+    ap.add_argument("--lenience", type=float, default=0.5, help="with --verify lenient (LOSSY): l in (0, 1], 1 exact")
+    ap.add_argument("--epsilon", type=float, default=0.09, help="with --verify typical (LOSSY): hard threshold")
+    ap.add_argument("--delta", type=float, default=0.3, help="with --verify typical (LOSSY): entropy-scaled threshold")
     ap.add_argument("--init_from", default=None, choices=GPT2_NAMES,
                     help="target = pretrained GPT-2 via transformers (cached or downloadable) instead of --target")
     ap.add_argument("--k", default="1,2,3,4,5,6,7,8,auto",
@@ -79,6 +90,16 @@ def get_args(argv=None):
         ap.error("--prompts, --repeats and --max_new_tokens must be >= 1")
     if args.draft is None:
         args.draft = "gpt2" if args.init_from else os.path.join(HERE, "checkpoints", "draft.pt")
+    args.verify = args.verify.split(",")
+    if any(v not in VERIFIERS for v in args.verify):
+        ap.error(f"--verify: choose from {sorted(VERIFIERS)}")
+    if args.ngram_n < 1:
+        ap.error("--ngram_n must be >= 1 (how many last tokens the n-gram draft matches)")
+    for verify in args.verify:
+        try:
+            round_function(verify, **{name: getattr(args, name) for name in VERIFIERS[verify][1]})
+        except ValueError as e:
+            ap.error(str(e))
     if args.init_from:
         args.target = args.init_from
     return args
@@ -129,12 +150,22 @@ def main(argv=None):
     if args.device.startswith("cuda") and not torch.cuda.is_available():
         raise SystemExit("--device cuda, but torch sees no CUDA GPU here; use --device cpu")
     target, tmeta = load(args.target, args.device, "target")
-    draft, dmeta = load(args.draft, args.device, "draft")
-    if dmeta["tokenizer"] != tmeta["tokenizer"]:
-        raise SystemExit("the draft and the target use different tokenizers")
+    variants = []  # (label, draft, verify keyword arguments): every --draft with every --verify
+    for path in args.draft.split(","):
+        draft, dmeta = (NGramDraft(target.config.vocab_size, n=args.ngram_n), tmeta) if path == "ngram" else (
+            load(path, args.device, "draft"))
+        if dmeta["tokenizer"] != tmeta["tokenizer"]:
+            raise SystemExit("the draft and the target use different tokenizers")
+        for verify in args.verify:
+            params = {name: getattr(args, name) for name in VERIFIERS[verify][1]}  # e.g. --lenience
+            label = f"{os.path.basename(path).removesuffix('.pt')}{'' if path != 'ngram' else args.ngram_n} {verify}"
+            label += "".join(f" {name}={value}" for name, value in params.items())
+            variants.append((label, draft, dict(verify=verify, **params)))
+    draft = variants[0][1]  # for the warm-up, --profile and --hf
     prompts = held_out_prompts(data.Tokenizer(tmeta["tokenizer"]), args.prompts, args.prompt_len, args.corpus)
     prompts = [p.to(args.device) for p in prompts]
     pairs = {d: with_decoder(d, target, draft) for d in args.decoder}  # decoder -> (target, draft) as they run
+    drafts = {(d, v): with_decoder(d, target, variants[v][1])[1] for d in args.decoder for v in range(len(variants))}
     gen = torch.Generator(device=args.device)
     run = lambda fn, *a, seed, **kw: fn(*a, generator=gen.manual_seed(seed), **kw)[1]
     for t, d in pairs.values():  # warm-up: allocate caches, fill the allocator, load kernels
@@ -144,56 +175,62 @@ def main(argv=None):
     rows = []
     for name in args.settings:
         sampling = SETTINGS[name]
-        cols = [(dec, K) for dec in args.decoder for K in [0] + args.k]  # K = 0: plain sampling
+        cols = [(dec, None, 0) for dec in args.decoder] + [  # (decoder, variant, K); K = 0: plain sampling
+            (dec, v, K) for dec in args.decoder for v in range(len(variants)) for K in args.k]
         tps, rounds, fwd = {col: [] for col in cols}, {col: [] for col in cols}, {col: [] for col in cols}
-        draft_step = {dec: [] for dec in args.decoder}
+        calls = {col: 0 for col in cols}
+        draft_step = {}  # (decoder, variant) -> seconds of its draft steps
         for rep in range(args.repeats):
-            # interleaved as finely as possible: each prompt runs plainly, then with every K (and every decoder),
-            # before the next prompt, so a slow spell of a shared machine hits all of them alike
+            # interleaved as finely as possible: each prompt runs plainly, then with every K (and every variant and
+            # decoder), before the next prompt, so a slow spell of a shared machine hits all of them alike
             seconds, tokens = {col: 0.0 for col in cols}, {col: 0 for col in cols}
             for i, prompt in enumerate(prompts):
-                for dec, K in cols:
-                    t, d = pairs[dec]
-                    s = (run(autoregressive_generate, t, prompt, args.max_new_tokens, seed=1000 * rep + i, **sampling)
-                         if K == 0 else run(speculative_generate, t, d, prompt, args.max_new_tokens, k=K,
-                                            seed=1000 * rep + i, **sampling))
-                    seconds[dec, K], tokens[dec, K] = seconds[dec, K] + s.total_time, tokens[dec, K] + s.new_tokens
-                    fwd[dec, K].append(steady(s.target_times))
-                    rounds[dec, K] += s.rounds
-                    if K != 0:
-                        draft_step[dec].append(steady(s.draft_times))
+                for dec, v, K in cols:
+                    t = pairs[dec][0]
+                    if K == 0:
+                        s = run(autoregressive_generate, t, prompt, args.max_new_tokens, seed=1000 * rep + i, **sampling)
+                    else:
+                        s = run(speculative_generate, t, drafts[dec, v], prompt, args.max_new_tokens, k=K,
+                                seed=1000 * rep + i, **sampling, **variants[v][2])
+                        draft_step.setdefault((dec, v), []).append(steady(s.draft_times))
+                    seconds[dec, v, K] += s.total_time
+                    tokens[dec, v, K] += s.new_tokens
+                    fwd[dec, v, K].append(steady(s.target_times))
+                    rounds[dec, v, K] += s.rounds
+                    calls[dec, v, K] += s.target_calls  # one per round, but multidraft's n_drafts per round
             for col in cols:
                 tps[col].append(tokens[col] / seconds[col])
-        for dec in args.decoder:
-            step = statistics.median(fwd[dec, 0])  # one target step, from plain sampling
-            c = statistics.median(draft_step[dec]) / step
-            plain = statistics.median(tps[dec, 0])
-            for K in args.k:
-                alpha = alpha_from_rounds(rounds[dec, K])
-                v = statistics.median(fwd[dec, K]) / step
-                spec = statistics.median(tps[dec, K])
-                emitted = sum(a + 1 for _, _, a in rounds[dec, K])
-                ks = sorted(k for _, k, _ in rounds[dec, K])  # for auto: the K of every round; predict at the median
-                K_pred = K if K != "auto" else ks[len(ks) // 2]
-                rows.append(dict(setting=name, K=K, decoder=dec, plain_tps=plain, spec_tps=spec, speedup=spec / plain,
-                                 alpha=alpha, tokens_per_call=emitted / len(rounds[dec, K]), c=c, v=v, k_median=K_pred,
-                                 k_min=ks[0], k_max=ks[-1], ideal=predicted(alpha, K_pred, c),
-                                 with_v=predicted(alpha, K_pred, c, v)))
+        for dec, v, K in cols[len(args.decoder):]:
+            step = statistics.median(fwd[dec, None, 0])  # one target step, from plain sampling
+            c = statistics.median(draft_step[dec, v]) / step
+            plain = statistics.median(tps[dec, None, 0])
+            alpha = alpha_from_rounds(rounds[dec, v, K])
+            spec = statistics.median(tps[dec, v, K])
+            emitted = sum(a + 1 for _, _, a in rounds[dec, v, K])
+            ks = sorted(k for _, k, _ in rounds[dec, v, K])  # for auto: the K of every round; predict at the median
+            K_pred = K if K != "auto" else ks[len(ks) // 2]
+            vv = statistics.median(fwd[dec, v, K]) / step
+            rows.append(dict(setting=name, K=K, variant=variants[v][0], decoder=dec, plain_tps=plain, spec_tps=spec,
+                             speedup=spec / plain, alpha=alpha, tokens_per_call=emitted / calls[dec, v, K], c=c, v=vv,
+                             k_median=K_pred, k_min=ks[0], k_max=ks[-1], ideal=predicted(alpha, K_pred, c),
+                             with_v=predicted(alpha, K_pred, c, vv)))
 
-    print(f"target {args.target} ({target.num_params() / 1e6:.2f}M), draft {args.draft} ({draft.num_params() / 1e6:.2f}M); "
+    print(f"target {args.target} ({target.num_params() / 1e6:.2f}M), draft {args.draft} "
+          f"({', '.join(f'{d.num_params() / 1e6:.2f}M' for d in dict.fromkeys(v[1] for v in variants))}); "
           f"{args.prompts} held-out prompts x {args.max_new_tokens} new tokens, median of {args.repeats}; "
           f"device {args.device}; {machine()}")
-    print("| setting | K | decoder | plain tok/s | spec tok/s | speedup | alpha | tok/call | c | v | ideal (Thm 3.8) | with v | measured/ideal | measured/with v |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    print("| setting | K | variant | decoder | plain tok/s | spec tok/s | speedup | alpha | tok/call | c | v | ideal (Thm 3.8) | with v | measured/ideal | measured/with v |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
-        print(f"| {r['setting']} | {r['K']} | {r['decoder']} | {r['plain_tps']:.0f} | {r['spec_tps']:.0f} | {r['speedup']:.2f}x | "
+        print(f"| {r['setting']} | {r['K']} | {r['variant']} | {r['decoder']} | {r['plain_tps']:.0f} | {r['spec_tps']:.0f} | {r['speedup']:.2f}x | "
               f"{r['alpha']:.3f} | {r['tokens_per_call']:.2f} | {r['c']:.3f} | {r['v']:.2f} | {r['ideal']:.2f}x | "
               f"{r['with_v']:.2f}x | {r['speedup'] / r['ideal']:.0%} | {r['speedup'] / r['with_v']:.0%} |")
     for auto in (r for r in rows if r["K"] == "auto"):
-        fixed = [r for r in rows if (r["setting"], r["decoder"]) == (auto["setting"], auto["decoder"]) and r["K"] != "auto"]
+        same = lambda r: all(r[key] == auto[key] for key in ("setting", "variant", "decoder"))
+        fixed = [r for r in rows if same(r) and r["K"] != "auto"]
         best = max(fixed, key=lambda r: r["speedup"]) if fixed else None
         vs = f"; best fixed K = {best['K']}: {best['speedup']:.2f}x, auto / best = {auto['speedup'] / best['speedup']:.0%}" if best else ""
-        print(f"{auto['setting']}, {auto['decoder']}: auto {auto['speedup']:.2f}x (K per round: median {auto['k_median']}, "
+        print(f"{auto['setting']}, {auto['variant']}, {auto['decoder']}: auto {auto['speedup']:.2f}x (K per round: median {auto['k_median']}, "
               f"{auto['k_min']}..{auto['k_max']}){vs}")
     if args.profile:
         profile(args, *pairs[args.decoder[0]], prompts)

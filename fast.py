@@ -21,6 +21,8 @@ import torch
 import torch.nn as nn
 from torch.nn import functional as F
 
+from model import GPT
+
 
 class FastGPT(nn.Module):
     """model.GPT's cached decoding, with the interface speculative.py uses: config, reset_cache, crop, cache_len,
@@ -91,5 +93,5 @@ def with_decoder(name, target, draft=None):
         raise ValueError(f"unknown decoder {name!r}: choose from {DECODERS}")
     if name == "eager":
         return target, draft
-    wrap = lambda m, dtype=torch.float32: m if m is None else FastGPT(m, dtype)
+    wrap = lambda m, dtype=torch.float32: FastGPT(m, dtype) if isinstance(m, GPT) else m  # not None, NGramDraft
     return wrap(target, torch.bfloat16 if name == "fast-bf16" else torch.float32), wrap(draft)

@@ -4,6 +4,7 @@ Sample text with speculative sampling from a target/draft pair (default: the shi
     python sample.py                                   # a few samples, streamed, then the statistics
     python sample.py --start "ROMEO:" --k 6 --temperature 1.0
     python sample.py --draft none                      # plain sampling from the target, for comparison
+    python sample.py --draft ngram --ngram_n 3         # prompt-lookup draft: no draft model (variants.py)
     python sample.py --start FILE:prompt.txt --top_p 0.95
     python sample.py --init_from gpt2-xl --draft gpt2 --device cuda --start "Hello"   # pretrained GPT-2 pair
 
@@ -22,6 +23,7 @@ from hf import GPT2_NAMES  # pretrained GPT-2 through transformers (optional; im
 from choose_k import AutoK
 from fast import DECODERS, with_decoder
 from speculative import SamplingError, autoregressive_generate, speculative_generate
+from variants import NGramDraft
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -30,8 +32,9 @@ def get_args(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--target", default=os.path.join(HERE, "checkpoints", "target.pt"), help="target checkpoint")
     ap.add_argument("--draft", default=None,
-                    help="draft checkpoint, a GPT-2 name (gpt2, ...), or 'none' for plain sampling "
-                         "(default: checkpoints/draft.pt, or gpt2 with --init_from)")
+                    help="draft checkpoint, a GPT-2 name (gpt2, ...), 'ngram' (prompt lookup, no model; lossless), "
+                         "or 'none' for plain sampling (default: checkpoints/draft.pt, or gpt2 with --init_from)")
+    ap.add_argument("--ngram_n", type=int, default=3, help="with --draft ngram: how many last tokens to match")
     ap.add_argument("--init_from", default=None, choices=GPT2_NAMES,
                     help="target = pretrained GPT-2 via transformers (cached or downloadable) instead of --target")
     ap.add_argument("--start", default="\n", help="the prompt: text, or FILE:path to read it from a file")
@@ -58,6 +61,8 @@ def get_args(argv=None):
         ap.error("--top_k must be >= 1")
     if args.top_p is not None and not 0 < args.top_p <= 1:
         ap.error("--top_p must be in (0, 1]")
+    if args.ngram_n < 1:
+        ap.error("--ngram_n must be >= 1 (how many last tokens the n-gram draft matches)")
     if args.draft is None:
         args.draft = "gpt2" if args.init_from else os.path.join(HERE, "checkpoints", "draft.pt")
     return args
@@ -103,7 +108,9 @@ def main(argv=None):
     target, tmeta = load(args.init_from or args.target, args.device, "target")
     tok = Tokenizer(tmeta["tokenizer"])
     draft = None
-    if args.draft != "none":
+    if args.draft == "ngram":  # prompt lookup: no model, the target's vocabulary and tokenizer
+        draft = NGramDraft(target.config.vocab_size, n=args.ngram_n)
+    elif args.draft != "none":
         draft, dmeta = load(args.draft, args.device, "draft")
         if dmeta["tokenizer"] != tmeta["tokenizer"]:
             raise SystemExit(f"{args.draft} and {args.target} use different tokenizers; a draft must share its "

@@ -237,9 +237,14 @@ def speculative_round(target, draft, tokens, k, probs, generator):
 
 @torch.no_grad()
 def speculative_generate(target, draft, idx, max_new_tokens, k=4, temperature=1.0, top_k=None, top_p=None,
-                         generator=None, stream=None):
+                         generator=None, stream=None, verify="tokenwise", **verify_params):
     """idx (1, T) -> (idx (1, T + max_new_tokens), Stats), distributed exactly as autoregressive_generate(target).
-    k: drafts per round, an int, or "auto" (or an AutoK object) to choose it before each round (choose_k.py)."""
+
+    k: drafts per round, an int, or "auto" (or an AutoK object) to choose it before each round (choose_k.py).
+    verify picks the round: "tokenwise" (speculative_round, this file) or a variant from variants.py ("block",
+    ...; some are lossy), with its parameters as further keyword arguments (variants.VERIFIERS lists them)."""
+    import variants  # here, not at the top: variants.py builds on this file
+    one_round = variants.round_function(verify, **verify_params)
     tokens = check_inputs(target, draft, idx, max_new_tokens, k, temperature, top_k, top_p)
     auto = AutoK() if k == "auto" else k if isinstance(k, AutoK) else None
     stats, tic = Stats(), time.perf_counter()
@@ -254,7 +259,7 @@ def speculative_generate(target, draft, idx, max_new_tokens, k=4, temperature=1.
         limit = min(end - 1 - t, window_end(t, tgt.W) - t)
         K = auto.choose(limit) if auto else min(k, limit)  # auto: from earlier rounds only, so still exact
         n_tgt, n_drf = len(tgt.forwards), len(drf.forwards)
-        kept = speculative_round(tgt, drf, tokens, K, probs, generator)
+        kept = one_round(tgt, drf, tokens, K, probs, generator)
         if auto:  # what this round measured: acceptance, and (tokens fed, seconds) of its forwards
             auto.update(K, kept, drf.forwards[n_drf:], tgt.forwards[n_tgt:])
         stats.rounds.append((t, K, kept))

@@ -7,6 +7,7 @@ import torch
 import torch.nn as nn
 
 from model import GPT, GPTConfig
+from variants import TokenListCache
 
 torch.set_num_threads(1)  # tiny models: threads cost more than they save, and CI has 2 cores
 
@@ -22,12 +23,12 @@ def random_gpt(seed, vocab_size=5, block_size=8, n_layer=2, n_head=2, n_embd=16,
     return model.eval()
 
 
-class TableModel(nn.Module):
+class TableModel(TokenListCache):
     """A toy language model: next-token logits = table[first visible token, last token, context length % 2].
 
     It depends on where the window starts (the first visible token) and on how long the context is, so any
     mistake in windowing or caching changes its output. float64 throughout, for checks to 1e-9.
-    The cache is a list of token ids with GPT's interface: reset_cache(), crop(n), cache_len, use_cache=True.
+    The cache is a list of token ids with GPT's interface (variants.TokenListCache): reset_cache(), crop(n), cache_len.
     """
 
     def __init__(self, seed, vocab_size=3, block_size=4, scale=1.5):
@@ -41,17 +42,6 @@ class TableModel(nn.Module):
 
     def next_logits(self, context):  # visible window as a list of ids -> (V,)
         return self.table[context[0], context[-1], len(context) % 2]
-
-    def reset_cache(self, batch_size=1):
-        self.cache = []
-
-    @property
-    def cache_len(self):
-        return len(self.cache)
-
-    def crop(self, n):
-        assert 0 <= n <= len(self.cache)
-        del self.cache[n:]
 
     def forward(self, idx, targets=None, use_cache=False):
         ids = idx[0].tolist()

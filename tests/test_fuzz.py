@@ -14,6 +14,7 @@ import pytest
 import torch
 
 import speculative
+from fast import FastGPT
 from speculative import (SamplingError, accept_probability, autoregressive_generate, checked, context_start,
                          residual, sampling_probs, speculative_generate)
 from tests.conftest import TableModel, random_gpt
@@ -262,13 +263,18 @@ def test_bad_logits_mid_run_raise_a_sampling_error_that_keeps_the_tokens(seed):
     assert errors["target"] > 0 and errors["draft"] > 0, errors
 
 
+@pytest.mark.parametrize("verify", [dict(), dict(verify="block"), dict(verify="multidraft", n_drafts=2),
+                                    dict(verify="lenient", lenience=0.5), dict(verify="typical")])
 @pytest.mark.parametrize("broken", ["target", "draft"])
-def test_a_gpt_with_nan_weights_is_named_in_the_error(broken):
+@pytest.mark.parametrize("k", [3, "auto"])
+def test_a_gpt_with_nan_weights_is_named_in_the_error(broken, verify, k):
     pair = {"target": random_gpt(0), "draft": random_gpt(1, n_layer=1, n_embd=8, n_head=1)}
     with torch.no_grad():
         pair[broken].transformer.h[0].mlp.c_fc.weight[0, 0] = NAN
+    if k == "auto":  # and through fast.py's decoder
+        pair = {name: FastGPT(model) for name, model in pair.items()}
     with pytest.raises(SamplingError, match=f"from the {broken}: its logits hold NaN.*earlier checkpoint") as e:
-        speculative_generate(pair["target"], pair["draft"], torch.tensor([[1, 2]]), 8, k=3)
+        speculative_generate(pair["target"], pair["draft"], torch.tensor([[1, 2]]), 8, k=k, **verify)
     assert e.value.tokens == [1, 2] and e.value.position == 2
 
 

@@ -1,5 +1,6 @@
 """train_draft.py and sample.py end to end, on a tiny corpus file and tiny models (seconds on a CPU)."""
 
+import importlib
 
 import pytest
 import torch
@@ -75,6 +76,10 @@ def test_sample_streams_text_and_prints_statistics(pair, capsys):
     assert out.count("ROMEO:") >= 2 and "acceptance rate" in out and "tokens per target call" in out
     sample.main(["--target", str(tmp / "target.pt"), "--draft", "none", "--max_new_tokens", "5", "--num_samples", "1"])
     assert "plain sampling: 5 tokens" in capsys.readouterr().out
+    sample.main(["--target", str(tmp / "target.pt"), "--draft", "ngram", "--ngram_n", "2", "--max_new_tokens", "20",
+                 "--num_samples", "1", "--start", "ROMEO:"])
+    out = capsys.readouterr().out
+    assert "speculative sampling, K=auto (K per round: median " in out and "): 20 tokens in" in out
 
 
 @pytest.mark.parametrize("k", ["fast", "0", "-1", "2.5"])
@@ -120,11 +125,30 @@ def test_bench_prints_a_row_per_setting_and_k(pair, capsys, tmp_path):
                 "--profile"])
     out = capsys.readouterr().out
     rows = [line for line in out.splitlines() if line.startswith("| t")]
-    assert [r.split(" | ")[:3] for r in rows] == [[f"| {s}", k, dec] for s in ("t0", "t1.0") for dec in ("eager", "fast")
-                                                  for k in ("1", "3", "auto")]
-    assert "t1.0, fast: auto " in out and "best fixed K = " in out
+    assert [[r.split(" | ")[i] for i in (0, 1, 3)] for r in rows] == [
+        [f"| {s}", k, dec] for s in ("t0", "t1.0") for dec in ("eager", "fast") for k in ("1", "3", "auto")]
+    assert "t1.0, draft tokenwise, fast: auto " in out and "best fixed K = " in out
     assert "2 thread(s): target 1 token" in out and "cProfile of speculative_generate, K=1, t0" in out
     assert (tmp_path / "b.json").exists()
+
+
+@pytest.mark.parametrize("script", ["sample", "bench"])
+def test_an_ngram_length_below_one_is_refused_clearly(script, capsys):
+    with pytest.raises(SystemExit):
+        importlib.import_module(script).get_args(["--draft", "ngram", "--ngram_n", "0"])
+    assert "--ngram_n must be >= 1" in capsys.readouterr().err
+
+
+def test_bench_puts_every_draft_and_verifier_in_one_table(pair, capsys):
+    import bench
+    tmp, corpus = pair
+    bench.main(["--target", str(tmp / "target.pt"), "--draft", f"{tmp / 'draft.pt'},ngram",
+                "--verify", "tokenwise,block", "--corpus", str(corpus), "--k", "2", "--settings", "t1.0", "--prompts", "1", "--prompt_len", "8",
+                "--max_new_tokens", "8", "--repeats", "1"])
+    rows = [line.split(" | ")[2] for line in capsys.readouterr().out.splitlines() if line.startswith("| t")]
+    assert rows == ["draft tokenwise", "draft block", "ngram3 tokenwise", "ngram3 block"]
+    with pytest.raises(SystemExit):
+        bench.main(["--verify", "blok"])
 
 
 def test_theorem_3_8_prediction_and_alpha_estimate():

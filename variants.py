@@ -1,0 +1,324 @@
+"""
+Beyond Chen et al.: other verifiers and drafters for speculative_generate, each a short function beside its math.
+
+speculative.py stays the readable core (Algorithm 2, token-wise verification). These plug into it:
+
+    speculative_generate(target, draft, idx, n, verify="block")             # lossless, >= token-wise tokens/round
+    speculative_generate(target, NGramDraft(V, n=3), idx, n)                # lossless, no draft model at all
+    speculative_generate(target, draft, idx, n, verify="multidraft", n_drafts=3)   # lossless, 3 root candidates
+    speculative_generate(target, draft, idx, n, verify="lenient", lenience=0.5)     # LOSSY, labelled
+    speculative_generate(target, draft, idx, n, verify="typical", epsilon=0.09, delta=0.3)  # LOSSY, labelled
+
+variants.VERIFIERS says which verifiers are lossless; for the lossy ones the tests and notebook 04 compute the
+exact total-variation distance of their output from the target's, so the price of the speed is on the page.
+
+Sources: block verification, Sun et al. 2024, "Block Verification Accelerates Speculative Decoding"
+(arXiv:2403.10444), Algorithm 2; prompt lookup / n-gram drafting (Saxena 2023, "Prompt Lookup Decoding";
+Leviathan et al. 2023 note that any q works); several drafts at the root, Miao et al. 2024, "SpecInfer"
+(arXiv:2305.09781), and Jeon et al. 2024, "Recursive Speculative Decoding" (arXiv:2402.14160); lenience,
+Leviathan et al. 2023 (arXiv:2211.17192), Appendix A.5; typical acceptance, Cai et al. 2024, "Medusa"
+(arXiv:2401.10774), Section 2.3.1.
+
+Every round function has speculative_round's signature (target, draft, tokens, k, probs, generator) -> kept and
+takes k per call, so K may change between rounds. All randomness goes through speculative.sample() and
+speculative.coin(), called as module attributes so that the tests' enumeration of every branch reaches them.
+What it leaves out: a tree attention mask (multidraft scores its branches one target forward each), batches,
+and learned draft heads (Medusa's, EAGLE's).
+"""
+
+import torch
+import torch.nn as nn
+
+import speculative
+from model import GPTConfig
+from speculative import accept_probability, residual
+
+
+def checked_probs(probs, logits, model, t, tokens):  # (n, V) logits of positions t.. -> (n, V), or SamplingError
+    """speculative.checked on every row (stricter than the core round, which checks a row only when it uses it):
+    non-finite logits end in the same clear error, with tokens (the ones final before this round) kept."""
+    p = probs(logits)
+    for i in range(p.size(0)):
+        speculative.checked(p[i], logits[i], model, t + i, tokens, len(tokens))
+    return p
+
+
+def propose_and_score(target, draft, tokens, k, probs, generator):
+    """Steps 1 and 2 of speculative_round: k drafts x_i ~ q_i appended to tokens, then p_0..p_k in ONE forward."""
+    t, qs = len(tokens), []
+    for i in range(k):
+        qs.append(checked_probs(probs, draft.logits(tokens, t + i, 1), "draft", t + i, tokens[:t])[0])  # (V,)
+        tokens.append(speculative.sample(qs[i], generator))
+    return qs, checked_probs(probs, target.logits(tokens, t, k + 1), "target", t, tokens[:t])  # k x (V,), (K+1, V)
+
+
+# ---- block verification (Sun et al. 2024, Algorithm 2): lossless and optimal ---------------------------
+
+def block_residual(a, p, q):  # float, (V,), (V,) -> (V,)
+    """norm(max(0, a p - q)): the distribution of the token after a block cut at weight a (a = 1: the usual)."""
+    return residual(a * p, q)
+
+
+def block_round(target, draft, tokens, k, probs, generator):
+    """Judge the drafts as one block instead of one by one. Appends 1..k+1 tokens; returns how many drafts it kept.
+
+    Token-wise verification stops at the first rejected draft. Block verification carries a joint weight
+    a_i = min(1, a_{i-1} p_i(x_i) / q_i(x_i)) (a_0 = 1) along the block, and may keep x_1..x_i although some
+    p_j(x_j) / q_j(x_j) < 1 on the way, as long as later drafts make up for it. Among all verifiers that keep
+    the output distributed as the target's, it emits the most tokens per round in expectation (Sun et al.,
+    Theorem 2), so never fewer than token-wise verification.
+    """
+    t = len(tokens)
+    qs, p = propose_and_score(target, draft, tokens, k, probs, generator)
+    a, weights, stop = 1.0, [1.0], []  # weights[i] = a_i; stop[i-1] = h_i
+    for i in range(k):  # draft x_{i+1} sits at tokens[t + i], judged by p[i] and qs[i]
+        x = tokens[t + i]
+        a = min(1.0, a * p[i, x].item() / qs[i][x].item())  # a_i = min(1, a_{i-1} p_i(x_i) / q_i(x_i))
+        weights.append(a)
+        if i == k - 1:
+            stop.append(a)  # h_K = a_K
+        else:  # h_i = R_i / (R_i + 1 - a_i), R_i = sum_x max(0, a_i p_{i+1}(x) - q_{i+1}(x))
+            R = torch.clamp(a * p[i + 1] - qs[i + 1], min=0.0).sum().item()
+            stop.append(R / (R + 1.0 - a) if R > 0 else 0.0)  # subtle: R = 0 leaves nothing to correct: h_i = 0
+    # one uniform per position, eta_i <= h_i; keep the LONGEST prefix whose test passes (tau = 0 if none does).
+    # The coins are independent, so testing from the longest prefix down and stopping at the first pass is the
+    # same distribution with fewer draws.
+    tau = next((i for i in range(k, 0, -1) if speculative.coin(stop[i - 1], generator)), 0)
+    del tokens[t + tau:]
+    if tau == k:  # the whole block kept: the bonus token comes from p_{K+1}, as in token-wise verification
+        tokens.append(speculative.sample(p[k], generator))
+    else:  # the token after the kept prefix comes from norm(max(0, a_tau p_{tau+1} - q_{tau+1}))
+        tokens.append(speculative.sample(block_residual(weights[tau], p[tau], qs[tau]), generator))
+        target.rollback(t + tau)
+        draft.rollback(t + tau)
+    return tau
+
+
+# ---- lossy contrasts: faster because they accept more, biased because of it ------------------------------
+
+def rule_round(target, draft, tokens, k, probs, generator, accept, replacement):
+    """speculative_round with its two rules swapped out: keep x_i with probability accept(p_i, q_i, x_i); at the
+    first rejection draw from replacement(p_i, q_i) and stop. Chen et al.'s rules make it exact; others do not."""
+    t = len(tokens)
+    qs, p = propose_and_score(target, draft, tokens, k, probs, generator)
+    return judge(target, draft, tokens, t, qs, p, accept, replacement, generator)
+
+
+def judge(target, draft, tokens, t, qs, p, accept, replacement, generator, first=0):
+    """tokens[t:] are K drafts, drawn from qs (K of (V,)) and scored p (K+1, V). Left to right from draft `first`:
+    keep x_i with probability accept(p_i, q_i, x_i), or draw its replacement and stop; all kept: a bonus from p_K."""
+    for i in range(first, len(qs)):
+        x = tokens[t + i]
+        if not speculative.coin(accept(p[i], qs[i], x), generator):
+            tokens[t + i:] = [speculative.sample(replacement(p[i], qs[i]), generator)]
+            target.rollback(t + i)
+            draft.rollback(t + i)
+            return i
+    tokens.append(speculative.sample(p[len(qs)], generator))
+    return len(qs)
+
+
+def lenient_round(target, draft, tokens, k, probs, generator, lenience):
+    """LOSSY. Leviathan et al. 2023, Appendix A.5: compare p with l q instead of q (lenience 0 < l <= 1).
+    Keep x with probability min(1, p(x) / (l q(x))), else draw from norm(max(0, p - l q)). l = 1 is exact;
+    l < 1 keeps more drafts and moves the output towards q."""
+    return rule_round(target, draft, tokens, k, probs, generator,
+                      accept=lambda p, q, x: min(1.0, p[x].item() / (lenience * q[x].item())),
+                      replacement=lambda p, q: residual(p, lenience * q))
+
+
+def typical_threshold(p, epsilon, delta):  # (V,) -> float: min(epsilon, delta exp(-H(p)))
+    return min(epsilon, delta * torch.exp(-torch.special.entr(p).sum()).item())  # entr: -p log p, 0 at p = 0
+
+
+def typical_round(target, draft, tokens, k, probs, generator, epsilon, delta):
+    """LOSSY. Typical acceptance, Cai et al. 2024 (Medusa), Section 2.3.1: keep x whenever the target finds it
+    plausible enough, p(x) > min(epsilon, delta exp(-H(p))), with no coin at all; at the first failure draw from p
+    itself. Greedy (one-hot p) stays exact; otherwise the draft's choices among plausible tokens show through."""
+    return rule_round(target, draft, tokens, k, probs, generator,  # coin(1.0) always passes, coin(0.0) never
+                      accept=lambda p, q, x: 1.0 if p[x].item() > typical_threshold(p, epsilon, delta) else 0.0,
+                      replacement=lambda p, q: p)
+
+
+# ---- several drafts at the root: recursive rejection sampling (SpecInfer; Jeon et al. 2024) --------------
+
+def without(q, x):  # (V,), id -> (V,): q with x removed and renormalised (all-zero once q's support is used up)
+    q = q.clone()
+    q[x] = 0.0
+    total = q.sum()
+    return q / total if total > 0 else q
+
+
+def multidraft_round(target, draft, tokens, k, probs, generator, n_drafts, replacement):
+    """n_drafts candidates for the first position, each with its own chain of k-1 more drafts (a tree of n
+    branches). Lossless. Returns how many drafts of the accepted branch it kept (0: no candidate accepted).
+
+    Root, recursive rejection sampling: r_1 = p_0. Candidate j was drawn from q_j (q itself with replacement;
+    without, q with c_1..c_{j-1} removed and renormalised, Jeon et al. 2024). Keep c_j with probability
+    min(1, r_j(c_j) / q_j(c_j)); else r_{j+1} = norm(max(0, r_j - q_j)) and try the next; if every candidate
+    fails, draw from r_{n+1}. Each step is one speculative step from q_j towards r_j, so the root token ~ p_0.
+    Then plain speculative verification continues along the accepted candidate's chain.
+
+    subtle: SpecInfer scores the whole tree in ONE target forward with a tree attention mask. model.py has no
+    tree mask, so this scores the branches one after the other: n_drafts target forwards per round. It shows
+    the acceptance gain at the root exactly; its speed here pays n forwards for it.
+    """
+    if k == 0:  # the last token of a call, or at a window change: nothing to draft
+        return speculative.speculative_round(target, draft, tokens, 0, probs, generator)
+    t = len(tokens)
+    q = checked_probs(probs, draft.logits(tokens, t, 1), "draft", t, tokens)[0]  # (V,): the draft at position t
+    candidates, q_of = [], []  # c_j and the q_j it was drawn from
+    q_j = q
+    for _ in range(n_drafts):
+        if q_j.sum() <= 0:  # without replacement: q's whole support already tried
+            break
+        candidates.append(speculative.sample(q_j, generator))
+        q_of.append(q_j)
+        q_j = q if replacement else without(q_j, candidates[-1])
+    branches = []  # (the branch's k tokens, their q's, the target's p over its k+1 positions)
+    for c in candidates:
+        seq, qs = tokens + [c], [q]
+        for i in range(1, k):  # the branch's chain: x_i ~ q(. | prefix, c, x_1..x_{i-1})
+            qs.append(checked_probs(probs, draft.logits(seq, t + i, 1), "draft", t + i, tokens)[0])
+            seq.append(speculative.sample(qs[i], generator))
+        branches.append((seq[t:], qs, checked_probs(probs, target.logits(seq, t, k + 1), "target", t, tokens)))
+        # the next branch starts again from the root (the target re-reads x_{t-1}: its logits give p_0); the next
+        # round re-reads whatever is kept
+        target.rollback(t - 1)
+        draft.rollback(t)
+    r = branches[0][2][0]  # p_0, the target at the root (the same in every branch)
+    for c, q_j, (branch, qs, p) in zip(candidates, q_of, branches):
+        if speculative.coin(accept_probability(r[c].item(), q_j[c].item()), generator):  # keep c_j: r_j / q_j
+            tokens.extend(branch)  # ... and judge the rest of its chain token by token (Chen et al.)
+            return judge(target, draft, tokens, t, qs, p, tokenwise_accept, residual, generator, first=1)
+        r = residual(r, q_j)  # rejected: r_{j+1} = norm(max(0, r_j - q_j))
+    tokens.append(speculative.sample(r, generator))
+    return 0
+
+
+def tokenwise_accept(p, q, x):  # Chen et al.'s rule: min(1, p(x) / q(x))
+    return accept_probability(p[x].item(), q[x].item())
+
+
+def check_multidraft(n_drafts, replacement):
+    if not isinstance(n_drafts, int) or n_drafts < 1:
+        raise ValueError(f"n_drafts (candidates at the root) must be an int >= 1, got {n_drafts!r}")
+    if not isinstance(replacement, bool):
+        raise ValueError(f"replacement must be True (i.i.d. candidates) or False (distinct), got {replacement!r}")
+
+
+def check_lenient(lenience):
+    if not 0.0 < lenience <= 1.0:
+        raise ValueError(f"lenience must be in (0, 1] (1: exact, smaller: more accepted, more biased), got {lenience}")
+
+
+def check_typical(epsilon, delta):
+    if not 0.0 < epsilon <= 1.0 or not delta >= 0.0:
+        raise ValueError(f"typical acceptance needs 0 < epsilon <= 1 and delta >= 0 (Medusa: 0.09 and 0.3), "
+                         f"got epsilon={epsilon}, delta={delta}")
+
+
+# ---- a draft with no model: prompt lookup / n-gram (Saxena 2023) -----------------------------------------
+
+class TokenListCache(nn.Module):
+    """A "KV cache" that is just the list of token ids seen, with model.GPT's interface (for models without
+    weights: this draft, and the tests' table models)."""
+
+    def __init__(self):
+        super().__init__()
+        self.cache = []
+
+    def reset_cache(self, batch_size=1):
+        self.cache = []
+
+    @property
+    def cache_len(self):
+        return len(self.cache)
+
+    def crop(self, n):
+        assert 0 <= n <= len(self.cache), f"crop({n}) needs 0 <= n <= cache_len ({len(self.cache)})"
+        del self.cache[n:]
+
+
+class NGramDraft(TokenListCache):
+    """A draft without weights: find the last n tokens earlier in the prompt or the text so far, propose what
+    followed them (the most recent match; shorter suffixes down to 1 token when none; else repeat the last token).
+
+    q is a point mass on that token, so the acceptance test min(1, p(x)/q(x)) becomes p(x), and a rejection
+    resamples from norm(max(0, p - q)) = p with x removed: still exactly the target's distribution, because the
+    draft token is drawn from the very q the test uses. smoothing=e mixes in the uniform distribution,
+    q = (1 - e) onehot + e / V (before temperature, top-k and top-p, which apply to q's logits as to any draft's).
+
+    It speaks model.GPT's cache interface (forward(idx, use_cache=True), reset_cache, crop, cache_len), so it is
+    passed as the `draft` of speculative_generate. Its window is unbounded: it looks through everything so far.
+    [5, 1, 2, 5, 1] with n=2 -> proposes 2 (the suffix 5, 1 occurred at 0..1, followed by 2).
+    """
+
+    def __init__(self, vocab_size, n=3, smoothing=0.0):
+        super().__init__()
+        if not isinstance(n, int) or n < 1:
+            raise ValueError(f"the n-gram length n must be an int >= 1 (tokens to match), got {n!r}")
+        if not 0.0 <= smoothing < 1.0:
+            raise ValueError(f"smoothing must be in [0, 1) (0: a point mass), got {smoothing}")
+        self.n, self.smoothing = n, smoothing
+        self.config = GPTConfig(block_size=2 ** 62, vocab_size=vocab_size, n_layer=0)  # no window: never slides
+
+    def num_params(self):
+        return 0
+
+    def propose(self, history):  # list of ids -> the id that followed the longest recent match of its suffix
+        for m in range(min(self.n, len(history) - 1), 0, -1):
+            suffix, last = history[-m:], history[-1]
+            for j in range(len(history) - 2, m - 2, -1):  # j: where an earlier copy of the suffix ends
+                if history[j] == last and history[j - m + 1:j + 1] == suffix:
+                    return history[j + 1]
+        return history[-1]
+
+    def next_logits(self, history):  # -> (V,) float64: log q
+        V, x = self.config.vocab_size, self.propose(history)
+        q = torch.full((V,), self.smoothing / V, dtype=torch.float64)
+        q[x] += 1.0 - self.smoothing
+        # subtle: a point mass as a large finite negative rather than -inf, so checks for finite logits pass;
+        # exp(-1e30 / temperature) is exactly 0 for any temperature above 1e-278
+        return torch.log(q).clamp(min=-1e30)
+
+    def forward(self, idx, targets=None, use_cache=False):  # idx (1, T) -> (logits (1, T, V), None)
+        history = self.cache if use_cache else []
+        out = []
+        for x in idx[0].tolist():
+            history.append(x)
+            out.append(self.next_logits(history))
+        return torch.stack(out)[None].to(idx.device), None
+
+
+# ---- choosing a round function: speculative_generate(..., verify=name, **params) --------------------------
+
+VERIFIERS = {  # name: (round function, its parameters with their defaults, their check, lossless?)
+    "tokenwise": (speculative.speculative_round, {}, None, True),
+    "block": (block_round, {}, None, True),
+    "lenient": (lenient_round, dict(lenience=0.5), check_lenient, False),
+    "typical": (typical_round, dict(epsilon=0.09, delta=0.3), check_typical, False),
+    "multidraft": (multidraft_round, dict(n_drafts=2, replacement=False), check_multidraft, True),
+}
+
+
+def round_function(verify, **params):
+    """-> a round function with speculative_round's signature, its parameters bound. Clear errors for bad input."""
+    if verify not in VERIFIERS:
+        raise ValueError(f"unknown verify={verify!r}: choose from {sorted(VERIFIERS)}")
+    fn, defaults, check, _ = VERIFIERS[verify]
+    unknown = set(params) - set(defaults)
+    if unknown:
+        allowed = ", ".join(sorted(defaults)) or "none"
+        raise ValueError(f"verify={verify!r} takes no parameter {', '.join(sorted(unknown))} "
+                         f"(its parameters: {allowed})")
+    if not defaults:
+        return fn
+    bound = {**defaults, **params}
+    check(**bound)
+    return lambda target, draft, tokens, k, probs, generator: fn(target, draft, tokens, k, probs, generator, **bound)
+
+
+def total_variation(got, want):  # {outcome: probability} x2 -> 1/2 sum |got - want|
+    """The exact distance of a variant's output distribution from the target's, both from the enumeration."""
+    return 0.5 * sum(abs(got.get(s, 0.0) - want.get(s, 0.0)) for s in set(got) | set(want))
