@@ -294,7 +294,8 @@ class NGramDraft(TokenListCache):
 # ---- choosing a round function: speculative_generate(..., verify=name, **params) --------------------------
 
 VERIFIERS = {  # name: (round function, its parameters with their defaults, their check, lossless?)
-    "tokenwise": (speculative.speculative_round, {}, None, True),
+    # subtle: tokenwise looks speculative_round up at each call, so a test's or notebook's patched round is run
+    "tokenwise": (lambda *args: speculative.speculative_round(*args), {}, None, True),
     "block": (block_round, {}, None, True),
     "lenient": (lenient_round, dict(lenience=0.5), check_lenient, False),
     "typical": (typical_round, dict(epsilon=0.09, delta=0.3), check_typical, False),
