@@ -164,8 +164,8 @@ def main(argv=None):
     draft = variants[0][1]  # for the warm-up, --profile and --hf
     prompts = held_out_prompts(data.Tokenizer(tmeta["tokenizer"]), args.prompts, args.prompt_len, args.corpus)
     prompts = [p.to(args.device) for p in prompts]
-    pairs = {d: with_decoder(d, target, draft) for d in args.decoder}  # decoder -> (target, draft) as they run
-    drafts = {(d, v): with_decoder(d, target, variants[v][1])[1] for d in args.decoder for v in range(len(variants))}
+    drafts = {(d, v): with_decoder(d, None, variants[v][1])[1] for d in args.decoder for v in range(len(variants))}
+    pairs = {d: (with_decoder(d, target)[0], drafts[d, 0]) for d in args.decoder}  # decoder -> (target, draft)
     gen = torch.Generator(device=args.device)
     run = lambda fn, *a, seed, **kw: fn(*a, generator=gen.manual_seed(seed), **kw)[1]
     for t, d in pairs.values():  # warm-up: allocate caches, fill the allocator, load kernels

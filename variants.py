@@ -34,12 +34,12 @@ from model import GPTConfig
 from speculative import accept_probability, residual
 
 
-def checked_probs(probs, logits, model, t, tokens):  # (n, V) logits of positions t.. -> (n, V), or SamplingError
+def checked_probs(probs, logits, model, t, tokens, generated):  # (n, V) logits of positions t.. -> (n, V)
     """speculative.checked on every row (stricter than the core round, which checks a row only when it uses it):
-    non-finite logits end in the same clear error, with tokens (the ones final before this round) kept."""
+    non-finite logits end in the same SamplingError, with tokens[:generated] (final before this round) kept."""
     p = probs(logits)
     for i in range(p.size(0)):
-        speculative.checked(p[i], logits[i], model, t + i, tokens, len(tokens))
+        speculative.checked(p[i], logits[i], model, t + i, tokens, generated)
     return p
 
 
@@ -47,9 +47,9 @@ def propose_and_score(target, draft, tokens, k, probs, generator):
     """Steps 1 and 2 of speculative_round: k drafts x_i ~ q_i appended to tokens, then p_0..p_k in ONE forward."""
     t, qs = len(tokens), []
     for i in range(k):
-        qs.append(checked_probs(probs, draft.logits(tokens, t + i, 1), "draft", t + i, tokens[:t])[0])  # (V,)
+        qs.append(checked_probs(probs, draft.logits(tokens, t + i, 1), "draft", t + i, tokens, t)[0])  # (V,)
         tokens.append(speculative.sample(qs[i], generator))
-    return qs, checked_probs(probs, target.logits(tokens, t, k + 1), "target", t, tokens[:t])  # k x (V,), (K+1, V)
+    return qs, checked_probs(probs, target.logits(tokens, t, k + 1), "target", t, tokens, t)  # k x (V,), (K+1, V)
 
 
 # ---- block verification (Sun et al. 2024, Algorithm 2): lossless and optimal ---------------------------
@@ -166,7 +166,7 @@ def multidraft_round(target, draft, tokens, k, probs, generator, n_drafts, repla
     if k == 0:  # the last token of a call, or at a window change: nothing to draft
         return speculative.speculative_round(target, draft, tokens, 0, probs, generator)
     t = len(tokens)
-    q = checked_probs(probs, draft.logits(tokens, t, 1), "draft", t, tokens)[0]  # (V,): the draft at position t
+    q = checked_probs(probs, draft.logits(tokens, t, 1), "draft", t, tokens, t)[0]  # (V,): the draft at position t
     candidates, q_of = [], []  # c_j and the q_j it was drawn from
     q_j = q
     for _ in range(n_drafts):
@@ -179,9 +179,9 @@ def multidraft_round(target, draft, tokens, k, probs, generator, n_drafts, repla
     for c in candidates:
         seq, qs = tokens + [c], [q]
         for i in range(1, k):  # the branch's chain: x_i ~ q(. | prefix, c, x_1..x_{i-1})
-            qs.append(checked_probs(probs, draft.logits(seq, t + i, 1), "draft", t + i, tokens)[0])
+            qs.append(checked_probs(probs, draft.logits(seq, t + i, 1), "draft", t + i, tokens, t)[0])
             seq.append(speculative.sample(qs[i], generator))
-        branches.append((seq[t:], qs, checked_probs(probs, target.logits(seq, t, k + 1), "target", t, tokens)))
+        branches.append((seq[t:], qs, checked_probs(probs, target.logits(seq, t, k + 1), "target", t, tokens, t)))
         # the next branch starts again from the root (the target re-reads x_{t-1}: its logits give p_0); the next
         # round re-reads whatever is kept
         target.rollback(t - 1)
