@@ -13,8 +13,8 @@ FastGPT(model, dtype=torch.bfloat16) also stores the weights in bfloat16 (opt-in
 instructions (AVX512-BF16, AMX) the target's (K+1)-token forward gets cheaper, i.e. v falls, but the logits
 change slightly, so it is another target: compare it with plain sampling from the same FastGPT.
 
-What it leaves out (tried, measured, dropped; numbers in the README): torch.compile of the step (on this CPU it
-took 70 s to compile and was no faster than this file), batches (B > 1), and training (use model.GPT).
+What it leaves out: torch.compile of the step (tried by hand and dropped: slow to compile for every input shape,
+and no faster than this file on this CPU), batches (B > 1), and training (use model.GPT).
 """
 
 import torch
