@@ -59,16 +59,35 @@ class FastGPT(nn.Module):
         assert 0 <= n <= self.length, f"crop({n}) needs 0 <= n <= cache_len ({self.length})"
         self.length = n
 
-    def forward(self, idx, targets=None, use_cache=False):  # (1, T) -> (logits (1, T, V), None)
+    def compact(self, n, slots):
+        """Keep the first n cached tokens followed by the ones at `slots` (increasing, >= n): model.GPT.compact."""
+        assert slots == sorted(set(slots)) and all(n <= a < self.length for a in slots), (
+            f"compact({n}, {slots}) needs increasing slots in [{n}, cache_len {self.length})")
+        for kc, vc in zip(self.k, self.v):
+            kc[:, :, n:n + len(slots)] = kc[:, :, slots]  # advanced indexing copies first: overlap is safe
+            vc[:, :, n:n + len(slots)] = vc[:, :, slots]
+        self.length = n + len(slots)
+
+    def forward(self, idx, targets=None, use_cache=False, pos=None, mask=None):  # (1, T) -> (logits (1, T, V), None)
+        """pos (T,), mask (T, cache_len + T): a tree of tokens, as in model.GPT.forward."""
         if not use_cache:
             return self.model(idx, targets)
         B, T = idx.size()
         C, nh, start, end = self.config.n_embd, self.config.n_head, self.length, self.length + T
-        assert B == 1 and end <= self.config.block_size, (
-            f"{start} cached + {T} new tokens > block_size {self.config.block_size}: crop() or reset_cache() first")
-        pos = self.positions[start:end]  # (T,) positions of the new tokens
-        mask = self.positions[None, :end] <= pos[:, None] if T > 1 else None  # (T, end): query i sees keys <= start+i
-        x = self.wte[idx] + self.wpe[start:end]  # (1, T, C)
+        if pos is None:
+            assert B == 1 and end <= self.config.block_size, (
+                f"{start} cached + {T} new tokens > block_size {self.config.block_size}: crop() or reset_cache() first")
+            pos = self.positions[start:end]  # (T,) positions of the new tokens
+            mask = self.positions[None, :end] <= pos[:, None] if T > 1 else None  # (T, end): sees keys <= start+i
+            pos_emb = self.wpe[start:end]  # (T, C): a view, no copy
+        else:
+            assert B == 1 and mask is not None and mask.shape == (T, end) and int(pos.max()) < self.config.block_size, (
+                f"a tree needs pos (T,) below block_size {self.config.block_size} and mask (T, cache_len + T)")
+            pos_emb = self.wpe[pos]  # (T, C)
+            if end > self.k[0].size(2):  # subtle: a tree holds more tokens than positions: more room
+                self.k = [torch.cat([kc, torch.zeros_like(kc[:, :, :end])], 2) for kc in self.k]
+                self.v = [torch.cat([vc, torch.zeros_like(vc[:, :, :end])], 2) for vc in self.v]
+        x = self.wte[idx] + pos_emb  # (1, T, C)
         for (ln1_w, ln1_b, attn_w, attn_b, proj_w, proj_b, ln2_w, ln2_b, fc_w, fc_b, out_w, out_b), kc, vc in zip(
                 self.layers, self.k, self.v):
             q, k, v = F.linear(F.layer_norm(x, (C,), ln1_w, ln1_b), attn_w, attn_b).view(

@@ -10,6 +10,9 @@ What it is:
 - A KV cache for decoding, preallocated once: model(idx, use_cache=True) appends idx's T tokens to the cache
   and returns their logits; model.crop(n) forgets everything after the first n tokens in O(1) (it only moves
   a counter), which is how rejected draft tokens are rolled back.
+- Tree attention for several drafts at once (variants.py): model(idx, use_cache=True, pos=..., mask=...) feeds
+  tokens at given positions, each seeing the cached and new tokens its mask allows; model.compact(n, slots)
+  then keeps the accepted branch.
 - save_checkpoint / load_checkpoint: a plain-data dict (state_dict + model args + free-form meta such as the
   tokenizer), so torch.load(..., weights_only=True) works and nothing is guessed at load time.
 
@@ -51,13 +54,20 @@ class KVCache:
     def append(self, k, v):  # (B, nh, T, hs) x2 -> the valid (B, nh, length, hs) keys and values
         T = k.size(2)
         start, end = self.length, self.length + T
-        assert end <= self.k.size(2), (
-            f"KV cache overflow: {start} cached + {T} new tokens > block_size {self.k.size(2)}; "
-            "crop() or reset_cache() first, or feed a shorter context")
+        if end > self.k.size(2):  # subtle: only a tree of drafts holds more tokens than positions: more room
+            more = torch.zeros_like(self.k[:, :, :end])  # (B, nh, end, hs)
+            self.k, self.v = torch.cat([self.k, more], 2), torch.cat([self.v, more], 2)
         self.k[:, :, start:end] = k
         self.v[:, :, start:end] = v
         self.length = end
         return self.k[:, :, :end], self.v[:, :, :end]
+
+    def compact(self, n, slots):
+        """Keep the first n cached tokens, then the tokens at `slots` (increasing, each >= n); forget the rest.
+        After a tree of drafts (variants.py) this moves the accepted branch next to the prefix."""
+        self.k[:, :, n:n + len(slots)] = self.k[:, :, slots]  # advanced indexing copies first: overlap is safe
+        self.v[:, :, n:n + len(slots)] = self.v[:, :, slots]
+        self.length = n + len(slots)
 
 
 class CausalSelfAttention(nn.Module):
@@ -72,7 +82,7 @@ class CausalSelfAttention(nn.Module):
         self.n_head = config.n_head
         self.cache = None  # a KVCache while decoding with use_cache=True
 
-    def forward(self, x, use_cache=False):
+    def forward(self, x, use_cache=False, mask=None):
         B, T, C = x.size()
         nh, hs = self.n_head, C // self.n_head
         # q, k, v at once: (B, T, 3C) -> (B, T, 3, nh, hs) -> (3, B, nh, T, hs) -> three (B, nh, T, hs). One view
@@ -85,8 +95,10 @@ class CausalSelfAttention(nn.Module):
         else:
             P = self.cache.length  # tokens already cached: the new queries sit at positions P..P+T-1
             k, v = self.cache.append(k, v)  # (B, nh, P+T, hs)
-            # query i (absolute position P+i) may attend to keys 0..P+i; one query may attend to all of them
-            mask = torch.ones(T, P + T, dtype=torch.bool, device=x.device).tril(diagonal=P) if T > 1 else None
+            # query i (absolute position P+i) may attend to keys 0..P+i; one query may attend to all of them.
+            # A tree of drafts brings its own mask: each draft sees the prefix and its own branch only
+            if mask is None and T > 1:
+                mask = torch.ones(T, P + T, dtype=torch.bool, device=x.device).tril(diagonal=P)
             y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout)  # mask (T, P+T)
         y = y.transpose(1, 2).contiguous().view(B, T, C)  # (B, T, C): re-assemble the heads
         return self.resid_dropout(self.c_proj(y))
@@ -114,8 +126,8 @@ class Block(nn.Module):
         self.ln_2 = nn.LayerNorm(config.n_embd, bias=config.bias)
         self.mlp = MLP(config)
 
-    def forward(self, x, use_cache=False):
-        x = x + self.attn(self.ln_1(x), use_cache)  # pre-LayerNorm residual blocks (GPT-2)
+    def forward(self, x, use_cache=False, mask=None):
+        x = x + self.attn(self.ln_1(x), use_cache, mask)  # pre-LayerNorm residual blocks (GPT-2)
         x = x + self.mlp(self.ln_2(x))
         return x
 
@@ -175,25 +187,42 @@ class GPT(nn.Module):
         for cache in self.caches:
             cache.length = n
 
+    def compact(self, n, slots):
+        """Keep the first n cached tokens followed by the ones at `slots` (increasing, >= n); see KVCache.compact."""
+        assert slots == sorted(set(slots)) and all(n <= a < self.cache_len for a in slots), (
+            f"compact({n}, {slots}) needs increasing slots in [{n}, cache_len {self.cache_len})")
+        for cache in self.caches:
+            cache.compact(n, slots)
+
     # ---- forward ------------------------------------------------------------------------------------------
 
-    def forward(self, idx, targets=None, use_cache=False):
+    def forward(self, idx, targets=None, use_cache=False, pos=None, mask=None):
         """idx (B, T) token ids -> (logits (B, T, V), loss or None).
 
         use_cache=False: idx is a whole context starting at position 0 (training, reference scoring).
         use_cache=True: idx continues what the cache holds; its tokens sit at positions cache_len.. and are
         appended to the cache. Call reset_cache() first.
+        pos (T,) and mask (T, cache_len + T), with use_cache: a tree of tokens instead of a chain (tree attention,
+        variants.py): token i sits at position pos[i] and attends to the cached and new tokens where mask[i] is
+        True. Defaults: positions cache_len.., causal.
         """
         B, T = idx.size()
         if use_cache and not self.caches:
             self.reset_cache(B)
         start = self.cache_len if use_cache else 0
-        assert start + T <= self.config.block_size, (
-            f"cannot attend to {start + T} positions, block_size is only {self.config.block_size}")
-        pos_emb = self.transformer.wpe.weight[start:start + T]  # (T, C): positions start..start+T-1
+        if pos is None:
+            assert start + T <= self.config.block_size, (
+                f"cannot attend to {start + T} positions, block_size is only {self.config.block_size}")
+            pos_emb = self.transformer.wpe.weight[start:start + T]  # (T, C): positions start..start+T-1
+        else:
+            assert use_cache and mask is not None and mask.shape == (T, start + T), (
+                f"a tree needs use_cache=True, pos (T,) and mask (T, cache_len + T) = ({T}, {start + T})")
+            assert int(pos.max()) < self.config.block_size, (
+                f"position {int(pos.max())} is beyond block_size {self.config.block_size}")
+            pos_emb = self.transformer.wpe.weight[pos]  # (T, C)
         x = self.transformer.drop(self.transformer.wte(idx) + pos_emb)  # (B, T, C)
         for block in self.transformer.h:
-            x = block(x, use_cache)
+            x = block(x, use_cache, mask)
         logits = self.lm_head(self.transformer.ln_f(x))  # (B, T, V)
         loss = None
         if targets is not None:

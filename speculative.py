@@ -163,19 +163,25 @@ class CachedModel:
         model.reset_cache()
 
     def logits(self, tokens, t, n):  # -> (n, V): position t+i predicted from x[s(t):t+i], for i < n
+        return self.forward(self.uncached(tokens, t, n))[0, -n:]  # (n, V)
+
+    def uncached(self, tokens, t, n):  # -> the ids to feed before positions t..t+n-1 can be scored
+        """tokens[s(t) + cache_len : t+n-1]: what the cache lacks of the window. Empties it when s(t) changed."""
         s = context_start(t, self.W)
         assert window_end(t, self.W) >= t + n - 1, "a round crossed a change of s(t)"
         if s != self.start:  # subtle: the window slid, every cached key sits at a wrong position: re-fill
             self.model.crop(0)
             self.start = s
         assert self.model.cache_len <= t - 1 - s, "stale tokens in the cache: rollback() after a rejection"
-        new = torch.tensor([tokens[s + self.model.cache_len:t + n - 1]], device=self.device)  # (1, T)
+        return tokens[s + self.model.cache_len:t + n - 1]
+
+    def forward(self, ids, **tree):  # list of T ids -> logits (1, T, V), appended to the cache and timed
+        new = torch.tensor([ids], device=self.device)  # (1, T)
         tic = time.perf_counter()
-        logits, _ = self.model(new, use_cache=True)  # (1, T, V)
-        logits = logits[0, -n:]  # (n, V)
+        logits, _ = self.model(new, use_cache=True, **tree)  # (1, T, V); tree: pos, mask (variants.py)
         if self.device.type == "cuda":
             torch.cuda.synchronize()  # honest timings: wait for the GPU
-        self.forwards.append((new.size(1), time.perf_counter() - tic))
+        self.forwards.append((len(ids), time.perf_counter() - tic))
         return logits
 
     times = property(lambda self: [s for _, s in self.forwards])  # seconds of each forward

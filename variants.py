@@ -22,8 +22,9 @@ Leviathan et al. 2023 (arXiv:2211.17192), Appendix A.5; typical acceptance, Cai 
 Every round function has speculative_round's signature (target, draft, tokens, k, probs, generator) -> kept and
 takes k per call, so K may change between rounds. All randomness goes through speculative.sample() and
 speculative.coin(), called as module attributes so that the tests' enumeration of every branch reaches them.
-What it leaves out: a tree attention mask (multidraft scores its branches one target forward each), batches,
-and learned draft heads (Medusa's, EAGLE's).
+Multidraft's tree of n branches is scored in ONE target forward with a tree attention mask (tree_attention,
+model.GPT's pos and mask); the draft still drafts the branches one after the other.
+What it leaves out: deeper trees (branching after the root), batches, and learned draft heads (Medusa's, EAGLE's).
 """
 
 import torch
@@ -151,21 +152,19 @@ def without(q, x):  # (V,), id -> (V,): q with x removed and renormalised (all-z
 
 def multidraft_round(target, draft, tokens, k, probs, generator, n_drafts, replacement):
     """n_drafts candidates for the first position, each with its own chain of k-1 more drafts (a tree of n
-    branches). Lossless. Returns how many drafts of the accepted branch it kept (0: no candidate accepted).
+    branches), all scored by ONE target forward. Lossless. Returns how many drafts of the accepted branch it
+    kept (0: no candidate accepted).
 
     Root, recursive rejection sampling: r_1 = p_0. Candidate j was drawn from q_j (q itself with replacement;
     without, q with c_1..c_{j-1} removed and renormalised, Jeon et al. 2024). Keep c_j with probability
     min(1, r_j(c_j) / q_j(c_j)); else r_{j+1} = norm(max(0, r_j - q_j)) and try the next; if every candidate
     fails, draw from r_{n+1}. Each step is one speculative step from q_j towards r_j, so the root token ~ p_0.
     Then plain speculative verification continues along the accepted candidate's chain.
-
-    subtle: SpecInfer scores the whole tree in ONE target forward with a tree attention mask. model.py has no
-    tree mask, so this scores the branches one after the other: n_drafts target forwards per round. It shows
-    the acceptance gain at the root exactly; its speed here pays n forwards for it.
     """
     if k == 0:  # the last token of a call, or at a window change: nothing to draft
         return speculative.speculative_round(target, draft, tokens, 0, probs, generator)
     t = len(tokens)
+    # 1. the candidates at the root: c_j ~ q_j
     q = checked_probs(probs, draft.logits(tokens, t, 1), "draft", t, tokens, t)[0]  # (V,): the draft at position t
     candidates, q_of = [], []  # c_j and the q_j it was drawn from
     q_j = q
@@ -175,25 +174,70 @@ def multidraft_round(target, draft, tokens, k, probs, generator, n_drafts, repla
         candidates.append(speculative.sample(q_j, generator))
         q_of.append(q_j)
         q_j = q if replacement else without(q_j, candidates[-1])
-    branches = []  # (the branch's k tokens, their q's, the target's p over its k+1 positions)
+    # 2. each candidate's chain, drafted as usual: x_i ~ q(. | prefix, c, x_1..x_{i-1})
+    branches = []  # (the branch's k tokens, their q's)
     for c in candidates:
         seq, qs = tokens + [c], [q]
-        for i in range(1, k):  # the branch's chain: x_i ~ q(. | prefix, c, x_1..x_{i-1})
+        for i in range(1, k):
             qs.append(checked_probs(probs, draft.logits(seq, t + i, 1), "draft", t + i, tokens, t)[0])
             seq.append(speculative.sample(qs[i], generator))
-        branches.append((seq[t:], qs, checked_probs(probs, target.logits(seq, t, k + 1), "target", t, tokens, t)))
-        # the next branch starts again from the root (the target re-reads x_{t-1}: its logits give p_0); the next
-        # round re-reads whatever is kept
-        target.rollback(t - 1)
-        draft.rollback(t)
-    r = branches[0][2][0]  # p_0, the target at the root (the same in every branch)
-    for c, q_j, (branch, qs, p) in zip(candidates, q_of, branches):
+        branches.append((seq[t:], qs))
+        draft.rollback(t)  # the next branch starts again from the root; the next round re-reads what is kept
+    # 3. the target scores every branch in ONE forward (tree attention): p_0 .. p_k of each (k+1, V)
+    ps = score_tree(target, tokens, t, [branch for branch, _ in branches])
+    ps = [checked_probs(probs, logits, "target", t, tokens, t) for logits in ps]
+    # 4. recursive rejection sampling at the root, then token-wise along the accepted branch
+    r = ps[0][0]  # p_0, the target at the root (the same in every branch)
+    for j, (c, q_j, (branch, qs), p) in enumerate(zip(candidates, q_of, branches, ps)):
         if speculative.coin(accept_probability(r[c].item(), q_j[c].item()), generator):  # keep c_j: r_j / q_j
+            keep_branch(target, t, j, k)
             tokens.extend(branch)  # ... and judge the rest of its chain token by token (Chen et al.)
             return judge(target, draft, tokens, t, qs, p, tokenwise_accept, residual, generator, first=1)
         r = residual(r, q_j)  # rejected: r_{j+1} = norm(max(0, r_j - q_j))
+    target.rollback(t)  # no branch kept: forget them all
     tokens.append(speculative.sample(r, generator))
     return 0
+
+
+def tree_attention(P, parents, device):  # P cached tokens, T parent indices -> pos (T,), mask (T, P+T)
+    """Positions and attention mask for T new tokens that form a tree on top of P cached ones (SpecInfer's tree
+    attention). parents[i] is the index of token i's parent among the new tokens, or -1: it follows the cache.
+    Token i sits one position after its parent and sees every cached token, its ancestors, and itself.
+    P=2, parents [-1, 0, 0] (a token, then two candidates after it) -> pos [2, 3, 3],
+    mask [[1 1 1 0 0], [1 1 1 1 0], [1 1 1 0 1]]."""
+    pos, seen = [], []  # seen[i]: the new tokens that token i sees
+    for i, parent in enumerate(parents):
+        assert -1 <= parent < i, f"token {i}'s parent must be -1 or an earlier token, got {parent}"
+        pos.append(P if parent < 0 else pos[parent] + 1)
+        seen.append((seen[parent] if parent >= 0 else []) + [i])
+    T = len(parents)
+    mask = torch.zeros(T, P + T, dtype=torch.bool)
+    mask[:, :P] = True  # the cache holds the shared prefix
+    mask[[i for i, s in enumerate(seen) for _ in s], [P + j for s in seen for j in s]] = True
+    return torch.tensor(pos, device=device), mask.to(device)
+
+
+def score_tree(target, tokens, t, branches):  # CachedModel, ids, t, n lists of k ids -> n of (k+1, V) logits
+    """The target's logits for n branches of drafts at positions t..t+k-1, in ONE forward: the tokens its cache
+    lacks (x_{t-1} at least) in a chain, then the branches side by side, each after that chain. Branch j's rows
+    are p_0 (from x_{t-1}, shared) and p_1..p_k (from its own tokens). The cache then holds all of them: keep one
+    branch with keep_branch, or none with target.rollback(t)."""
+    k = len(branches[0])
+    prefix = target.uncached(tokens, t, k + 1)  # slides the window if needed, like target.logits
+    ids, parents = list(prefix), list(range(-1, len(prefix) - 1))
+    for branch in branches:  # its first token follows x_{t-1}, each later one the token before it
+        parents += [len(prefix) - 1] + list(range(len(ids), len(ids) + k - 1))
+        ids += branch
+    pos, mask = tree_attention(target.model.cache_len, parents, target.device)
+    logits = target.forward(ids, pos=pos, mask=mask)[0]  # (T, V)
+    root, rows = logits[len(prefix) - 1:len(prefix)], logits[len(prefix):]  # (1, V), (n k, V)
+    return [torch.cat([root, rows[j * k:(j + 1) * k]]) for j in range(len(branches))]
+
+
+def keep_branch(target, t, j, k):
+    """After score_tree: keep branch j's k tokens in the target's cache, right after x_{t-1}; forget the others."""
+    first = t - target.start  # the cache slot of position t: the first branch starts there
+    target.model.compact(first, list(range(first + j * k, first + (j + 1) * k)))
 
 
 def tokenwise_accept(p, q, x):  # Chen et al.'s rule: min(1, p(x) / q(x))
@@ -222,7 +266,8 @@ def check_typical(epsilon, delta):
 
 class TokenListCache(nn.Module):
     """A "KV cache" that is just the list of token ids seen, with model.GPT's interface (for models without
-    weights: this draft, and the tests' table models)."""
+    weights: this draft, and the tests' table models). A subclass gives next_logits(history) -> (V,), where
+    history is every token the new one sees, itself last; trees of tokens (pos, mask) work as in model.GPT."""
 
     def __init__(self):
         super().__init__()
@@ -238,6 +283,23 @@ class TokenListCache(nn.Module):
     def crop(self, n):
         assert 0 <= n <= len(self.cache), f"crop({n}) needs 0 <= n <= cache_len ({len(self.cache)})"
         del self.cache[n:]
+
+    def compact(self, n, slots):  # keep the first n tokens, then those at `slots`: model.GPT.compact
+        assert slots == sorted(set(slots)) and all(n <= a < len(self.cache) for a in slots), (
+            f"compact({n}, {slots}) needs increasing slots in [{n}, cache_len {len(self.cache)})")
+        self.cache[n:] = [self.cache[a] for a in slots]
+
+    def forward(self, idx, targets=None, use_cache=False, pos=None, mask=None):  # (1, T) -> (logits (1, T, V), None)
+        ids = idx[0].tolist()
+        seen = (self.cache if use_cache else []) + ids  # cached tokens, then the new ones
+        P, out = len(seen) - len(ids), []
+        for i in range(len(ids)):  # token i sees seen[:P+i+1], or where its row of the mask says (a tree)
+            history = seen[:P + i + 1] if mask is None else [x for x, m in zip(seen, mask[i].tolist()) if m]
+            assert pos is None or pos[i] == len(history) - 1, "a tree token's position must be its depth"
+            out.append(self.next_logits(history))
+        if use_cache:
+            self.cache = seen
+        return torch.stack(out)[None].to(idx.device), None
 
 
 class NGramDraft(TokenListCache):
@@ -281,14 +343,6 @@ class NGramDraft(TokenListCache):
         # subtle: a point mass as a large finite negative rather than -inf, so checks for finite logits pass;
         # exp(-1e30 / temperature) is exactly 0 for any temperature above 1e-278
         return torch.log(q).clamp(min=-1e30)
-
-    def forward(self, idx, targets=None, use_cache=False):  # idx (1, T) -> (logits (1, T, V), None)
-        history = self.cache if use_cache else []
-        out = []
-        for x in idx[0].tolist():
-            history.append(x)
-            out.append(self.next_logits(history))
-        return torch.stack(out)[None].to(idx.device), None
 
 
 # ---- choosing a round function: speculative_generate(..., verify=name, **params) --------------------------

@@ -7,7 +7,7 @@ import torch
 import torch.nn as nn
 
 from model import GPT, GPTConfig
-from variants import TokenListCache
+from variants import TokenListCache, tree_attention
 
 torch.set_num_threads(1)  # tiny models: threads cost more than they save, and CI has 2 cores
 
@@ -28,7 +28,8 @@ class TableModel(TokenListCache):
 
     It depends on where the window starts (the first visible token) and on how long the context is, so any
     mistake in windowing or caching changes its output. float64 throughout, for checks to 1e-9.
-    The cache is a list of token ids with GPT's interface (variants.TokenListCache): reset_cache(), crop(n), cache_len.
+    The cache is a list of token ids with GPT's interface (variants.TokenListCache): reset_cache(), crop(n), cache_len,
+    trees of tokens (pos, mask).
     """
 
     def __init__(self, seed, vocab_size=3, block_size=4, scale=1.5):
@@ -41,17 +42,8 @@ class TableModel(TokenListCache):
         self.cache = []
 
     def next_logits(self, context):  # visible window as a list of ids -> (V,)
+        assert len(context) <= self.config.block_size, "toy cache overflow: window handling is wrong"
         return self.table[context[0], context[-1], len(context) % 2]
-
-    def forward(self, idx, targets=None, use_cache=False):
-        ids = idx[0].tolist()
-        context = self.cache if use_cache else []
-        assert len(context) + len(ids) <= self.config.block_size, "toy cache overflow: window handling is wrong"
-        out = []
-        for x in ids:
-            context.append(x)
-            out.append(self.next_logits(context))
-        return torch.stack(out)[None], None  # (1, T, V)
 
 
 @torch.no_grad()
@@ -75,6 +67,44 @@ def check_cache_against_full_forwards(cached_model, reference, seed, vocab_size=
         full, _ = reference(torch.tensor([seq]))  # (1, len, V)
         assert cached_model.cache_len == len(seq)
         assert (cached - full[:, -T:]).abs().max().item() <= 1e-5
+
+
+@torch.no_grad()
+def check_tree_against_full_forwards(cached_model, reference, seed, vocab_size=11, block_size=24, trials=8):
+    """A random tree of new tokens (tree attention) on top of a random cached prefix: every token's logits must
+    equal reference's full forward over the prefix and the token's path from the root (the naive path) within
+    1e-5. Then compact() keeps one random path, and the next tokens must continue it as if fed as a chain.
+    Some trees hold more tokens than the window has positions left: the cache must make room."""
+    rng = random.Random(seed)
+    for _ in range(trials):
+        cached_model.reset_cache()
+        P = rng.randrange(1, block_size - 2)  # cached prefix
+        prefix = [rng.randrange(vocab_size) for _ in range(P)]
+        cached_model(torch.tensor([prefix]), use_cache=True)
+        T = rng.randint(1, 2 * (block_size - P))  # up to twice the positions left
+        parents, depth = [], []
+        for i in range(T):  # a random tree no deeper than the window allows
+            options = [-1] + [j for j in range(i) if P + depth[j] + 1 < block_size]
+            parents.append(rng.choice(options))
+            depth.append(0 if parents[-1] < 0 else depth[parents[-1]] + 1)
+        ids = [rng.randrange(vocab_size) for _ in range(T)]
+        pos, mask = tree_attention(P, parents, "cpu")
+        assert pos.tolist() == [P + d for d in depth]
+        logits, _ = cached_model(torch.tensor([ids]), use_cache=True, pos=pos, mask=mask)  # (1, T, V)
+        path = lambda i: (path(parents[i]) if parents[i] >= 0 else []) + [i]  # root .. i, new-token indices
+        for i in range(T):
+            full, _ = reference(torch.tensor([prefix + [ids[j] for j in path(i)]]))
+            assert (logits[0, i] - full[0, -1]).abs().max().item() <= 1e-5, f"tree token {i} of {parents}"
+        kept = path(rng.randrange(T))
+        cached_model.compact(P, [P + j for j in kept])
+        seq = prefix + [ids[j] for j in kept]
+        assert cached_model.cache_len == len(seq)
+        new = [rng.randrange(vocab_size) for _ in range(rng.randint(1, block_size - len(seq)))] \
+            if len(seq) < block_size else []
+        if new:
+            cached, _ = cached_model(torch.tensor([new]), use_cache=True)
+            full, _ = reference(torch.tensor([seq + new]))
+            assert (cached - full[:, -len(new):]).abs().max().item() <= 1e-5, "after compact()"
 
 
 @pytest.fixture

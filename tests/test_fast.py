@@ -6,13 +6,19 @@ import torch
 from fast import FastGPT
 from model import GPT, GPTConfig
 from speculative import autoregressive_generate, speculative_generate
-from tests.conftest import check_cache_against_full_forwards, random_gpt
+from tests.conftest import check_cache_against_full_forwards, check_tree_against_full_forwards, random_gpt
 
 
 @pytest.mark.parametrize("seed", range(4))
 def test_fast_cached_logits_equal_the_readable_models_uncached_ones(seed):
     model = random_gpt(seed, vocab_size=11, block_size=24, n_layer=3, n_head=2, n_embd=16, sharpness=1.0)
     check_cache_against_full_forwards(FastGPT(model), model, seed)  # model.py's full forward: the naive path
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_fast_tree_attention_logits_equal_each_paths_full_forward(seed):
+    model = random_gpt(seed, vocab_size=11, block_size=24, n_layer=3, n_head=2, n_embd=16, sharpness=1.0)
+    check_tree_against_full_forwards(FastGPT(model), model, seed)
 
 
 @pytest.mark.parametrize("k", [1, 3, "auto"])

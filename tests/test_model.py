@@ -4,13 +4,30 @@ import pytest
 import torch
 
 from model import GPT, GPTConfig, load_checkpoint, save_checkpoint
-from tests.conftest import check_cache_against_full_forwards, random_gpt
+from tests.conftest import check_cache_against_full_forwards, check_tree_against_full_forwards, random_gpt
 
 
 @pytest.mark.parametrize("seed", range(5))
 def test_cached_logits_equal_uncached_after_random_appends_and_crops(seed):
     model = random_gpt(seed, vocab_size=11, block_size=24, n_layer=3, n_head=2, n_embd=16, sharpness=1.0)
     check_cache_against_full_forwards(model, model, seed)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_tree_attention_logits_equal_each_paths_full_forward(seed):
+    model = random_gpt(seed, vocab_size=11, block_size=24, n_layer=3, n_head=2, n_embd=16, sharpness=1.0)
+    check_tree_against_full_forwards(model, model, seed)
+
+
+def test_tree_arguments_are_checked():
+    model = random_gpt(0, block_size=4)
+    model(torch.tensor([[1, 2]]), use_cache=True)
+    with pytest.raises(AssertionError, match="mask"):
+        model(torch.tensor([[1, 2]]), use_cache=True, pos=torch.tensor([2, 2]))
+    with pytest.raises(AssertionError, match="block_size"):
+        model(torch.tensor([[1]]), use_cache=True, pos=torch.tensor([4]), mask=torch.ones(1, 3, dtype=torch.bool))
+    with pytest.raises(AssertionError, match="increasing slots"):
+        model.compact(1, [1, 0])
 
 
 def test_crop_moves_a_counter_and_copies_nothing():

@@ -9,7 +9,9 @@ import speculative
 import variants
 from speculative import speculative_generate
 from variants import NGramDraft, total_variation
-from tests.conftest import TableModel
+from fast import FastGPT
+from tests.conftest import TableModel, check_tree_against_full_forwards, random_gpt
+from tests.test_statistics import exact_joint
 from tests.test_exact_enumeration import CASES, assert_same_distribution, enumerate_branches, target_joint
 
 PROMPT = [2, 0]
@@ -164,6 +166,36 @@ def test_enumeration_detects_a_root_residual_that_is_not_updated(monkeypatch):
     got, want = output_distribution(monkeypatch, 3, 1, dict(temperature=1.0), verify="multidraft", n_drafts=2,
                                     replacement=True)
     assert total_variation(got, want) > 1e-3
+
+
+def test_table_models_tree_attention_gives_each_paths_own_logits():
+    model = TableModel(seed=0, vocab_size=5, block_size=24)
+    check_tree_against_full_forwards(model, model, seed=0, vocab_size=5)
+
+
+@pytest.mark.parametrize("decoder", ["eager", "fast"])
+def test_multidraft_on_real_gpts_gives_the_target_exactly(decoder, monkeypatch):
+    """The same enumeration through model.py's (or fast.py's) tree attention and cache compaction: the window of
+    8 slides at position 8, and 3 branches of 2 hold more tokens than the window has positions. Within 1e-5:
+    float32 logits of a tree forward differ from a full forward's by rounding."""
+    target, draft = random_gpt(0), random_gpt(1, n_layer=1, n_embd=8, n_head=1)
+    prompt, sampling = [1, 4, 2, 0, 3, 1], dict(temperature=1.0)
+    want = exact_joint(target, prompt, 3, **sampling)  # from full, uncached forwards
+    if decoder == "fast":
+        target, draft = FastGPT(target), FastGPT(draft)
+    run = lambda: speculative_generate(target, draft, torch.tensor([prompt]), 3, k=2, verify="multidraft",
+                                       n_drafts=3, **sampling)[0][0, len(prompt):].tolist()
+    assert_same_distribution(enumerate_branches(run, monkeypatch), want, tol=1e-5)
+
+
+def test_multidraft_scores_all_branches_in_one_target_forward():
+    target = random_gpt(0, vocab_size=11, block_size=16, sharpness=3.0)
+    draft = random_gpt(1, vocab_size=11, block_size=12, n_layer=1, n_head=1, n_embd=8, sharpness=3.0)
+    _, stats = speculative_generate(target, draft, torch.tensor([[3, 1, 4]]), 30, k=3, verify="multidraft",
+                                    n_drafts=3, replacement=True, generator=torch.Generator().manual_seed(0))
+    assert stats.target_calls == len(stats.rounds), "one target forward per round, however many branches"
+    # the draft still drafts branch by branch: its root step, then k-1 steps for each of the 3 branches
+    assert stats.draft_calls == sum(1 + 3 * (K - 1) for _, K, _ in stats.rounds if K > 0)
 
 
 # ---- the lossy contrasts: the enumeration measures their bias ----------------------------------------------
