@@ -131,6 +131,13 @@ def alpha_from_rounds(rounds):
     return kept / (kept + rejections) if kept + rejections else float("nan")
 
 
+def root_kept(rounds):
+    """The fraction of rounds (with K >= 1) that kept their first draft: the acceptance at the root, which
+    several candidates there (verify="multidraft") raise."""
+    drafted = [a for _, k, a in rounds if k >= 1]
+    return sum(a >= 1 for a in drafted) / len(drafted) if drafted else float("nan")
+
+
 def steady(times):
     """Mean seconds per forward after the first, which reads the whole prompt into the cache: c and v are about
     decoding. (A run longer than the context window also re-reads the window when it slides; those stay in.)"""
@@ -197,7 +204,7 @@ def main(argv=None):
                     tokens[dec, v, K] += s.new_tokens
                     fwd[dec, v, K].append(steady(s.target_times))
                     rounds[dec, v, K] += s.rounds
-                    calls[dec, v, K] += s.target_calls  # one per round, but multidraft's n_drafts per round
+                    calls[dec, v, K] += s.target_calls  # one per round (multidraft too: a tree forward)
             for col in cols:
                 tps[col].append(tokens[col] / seconds[col])
         for dec, v, K in cols[len(args.decoder):]:
@@ -211,7 +218,8 @@ def main(argv=None):
             K_pred = K if K != "auto" else ks[len(ks) // 2]
             vv = statistics.median(fwd[dec, v, K]) / step
             rows.append(dict(setting=name, K=K, variant=variants[v][0], decoder=dec, plain_tps=plain, spec_tps=spec,
-                             speedup=spec / plain, alpha=alpha, tokens_per_call=emitted / calls[dec, v, K], c=c, v=vv,
+                             speedup=spec / plain, alpha=alpha, root_kept=root_kept(rounds[dec, v, K]),
+                             tokens_per_call=emitted / calls[dec, v, K], c=c, v=vv,
                              k_median=K_pred, k_min=ks[0], k_max=ks[-1], ideal=predicted(alpha, K_pred, c),
                              with_v=predicted(alpha, K_pred, c, vv)))
 
@@ -232,6 +240,12 @@ def main(argv=None):
         vs = f"; best fixed K = {best['K']}: {best['speedup']:.2f}x, auto / best = {auto['speedup'] / best['speedup']:.0%}" if best else ""
         print(f"{auto['setting']}, {auto['variant']}, {auto['decoder']}: auto {auto['speedup']:.2f}x (K per round: median {auto['k_median']}, "
               f"{auto['k_min']}..{auto['k_max']}){vs}")
+    for multi in (r for r in rows if r["variant"].split()[1] == "multidraft"):
+        single = [r for r in rows if all(r[key] == multi[key] for key in ("setting", "K", "decoder"))
+                  and r["variant"].split()[:2] == [multi["variant"].split()[0], "tokenwise"]]
+        vs = f" (one draft, tokenwise: {single[0]['root_kept']:.3f})" if single else ""
+        print(f"{multi['setting']}, K={multi['K']}, {multi['variant']}, {multi['decoder']}: the root kept a draft in "
+              f"{multi['root_kept']:.3f} of rounds{vs}")
     if args.profile:
         profile(args, *pairs[args.decoder[0]], prompts)
     hf_rows = compare_with_hf(args, target, draft, prompts) if args.hf else []

@@ -11,7 +11,8 @@ forward, and a modified rejection step keeps or replaces them. A round emits 1..
 exactly as sampling from the target alone (Leviathan et al., Appendix A.1; the tests enumerate every branch).
 
 Both samplers condition position t on the window x[s(t):t] (see context_start) and use KV caches (model.py).
-What it leaves out: batches (B > 1), tree-shaped drafts. k="auto" (choosing K per round) lives in choose_k.py.
+What it leaves out: batches (B > 1), tree-shaped drafts (variants.py: multidraft). k="auto" (choosing K per round)
+lives in choose_k.py.
 """
 
 import time
