@@ -63,9 +63,10 @@ class FastGPT(nn.Module):
         """Keep the first n cached tokens followed by the ones at `slots` (increasing, >= n): model.GPT.compact."""
         assert slots == sorted(set(slots)) and all(n <= a < self.length for a in slots), (
             f"compact({n}, {slots}) needs increasing slots in [{n}, cache_len {self.length})")
-        for kc, vc in zip(self.k, self.v):
-            kc[:, :, n:n + len(slots)] = kc[:, :, slots]  # advanced indexing copies first: overlap is safe
-            vc[:, :, n:n + len(slots)] = vc[:, :, slots]
+        if slots != list(range(n, n + len(slots))):  # (already in place: nothing to move)
+            for kc, vc in zip(self.k, self.v):
+                kc[:, :, n:n + len(slots)] = kc[:, :, slots]  # advanced indexing copies first: overlap is safe
+                vc[:, :, n:n + len(slots)] = vc[:, :, slots]
         self.length = n + len(slots)
 
     def forward(self, idx, targets=None, use_cache=False, pos=None, mask=None):  # (1, T) -> (logits (1, T, V), None)

@@ -65,8 +65,9 @@ class KVCache:
     def compact(self, n, slots):
         """Keep the first n cached tokens, then the tokens at `slots` (increasing, each >= n); forget the rest.
         After a tree of drafts (variants.py) this moves the accepted branch next to the prefix."""
-        self.k[:, :, n:n + len(slots)] = self.k[:, :, slots]  # advanced indexing copies first: overlap is safe
-        self.v[:, :, n:n + len(slots)] = self.v[:, :, slots]
+        if slots != list(range(n, n + len(slots))):  # (already in place: nothing to move)
+            self.k[:, :, n:n + len(slots)] = self.k[:, :, slots]  # advanced indexing copies first: overlap is safe
+            self.v[:, :, n:n + len(slots)] = self.v[:, :, slots]
         self.length = n + len(slots)
 
 

@@ -23,7 +23,7 @@ Every round function has speculative_round's signature (target, draft, tokens, k
 takes k per call, so K may change between rounds. All randomness goes through speculative.sample() and
 speculative.coin(), called as module attributes so that the tests' enumeration of every branch reaches them.
 Multidraft's tree of n branches is scored in ONE target forward with a tree attention mask (tree_attention,
-model.GPT's pos and mask); the draft still drafts the branches one after the other.
+model.GPT's pos and mask), and the draft drafts the n branches side by side, one forward per depth.
 What it leaves out: deeper trees (branching after the root), batches, and learned draft heads (Medusa's, EAGLE's).
 """
 
@@ -32,7 +32,7 @@ import torch.nn as nn
 
 import speculative
 from model import GPTConfig
-from speculative import accept_probability, residual
+from speculative import accept_probability, residual, window_end
 
 
 def checked_probs(probs, logits, model, t, tokens, generated):  # (n, V) logits of positions t.. -> (n, V)
@@ -174,15 +174,8 @@ def multidraft_round(target, draft, tokens, k, probs, generator, n_drafts, repla
         candidates.append(speculative.sample(q_j, generator))
         q_of.append(q_j)
         q_j = q if replacement else without(q_j, candidates[-1])
-    # 2. each candidate's chain, drafted as usual: x_i ~ q(. | prefix, c, x_1..x_{i-1})
-    branches = []  # (the branch's k tokens, their q's)
-    for c in candidates:
-        seq, qs = tokens + [c], [q]
-        for i in range(1, k):
-            qs.append(checked_probs(probs, draft.logits(seq, t + i, 1), "draft", t + i, tokens, t)[0])
-            seq.append(speculative.sample(qs[i], generator))
-        branches.append((seq[t:], qs))
-        draft.rollback(t)  # the next branch starts again from the root; the next round re-reads what is kept
+    # 2. each candidate's chain: x_i ~ q(. | prefix, c_j, x_1..x_{i-1}), the branches side by side
+    branches = draft_branches(draft, tokens, t, candidates, q, k, probs, generator)  # (k tokens, k q's) each
     # 3. the target scores every branch in ONE forward (tree attention): p_0 .. p_k of each (k+1, V)
     ps = score_tree(target, tokens, t, [branch for branch, _ in branches])
     ps = [checked_probs(probs, logits, "target", t, tokens, t) for logits in ps]
@@ -197,6 +190,31 @@ def multidraft_round(target, draft, tokens, k, probs, generator, n_drafts, repla
     target.rollback(t)  # no branch kept: forget them all
     tokens.append(speculative.sample(r, generator))
     return 0
+
+
+def draft_branches(draft, tokens, t, candidates, q, k, probs, generator):
+    """-> [(branch j's k tokens, their k q's)]: each candidate c_j (drawn from q at position t) continued by k-1
+    drafts. All branches advance together, one draft forward per depth with one token per branch, each seeing the
+    prefix and its own branch (tree_attention, breadth first: token i's parent is token i - n). One candidate, or
+    a draft window that slides inside the round: the branches are drafted one after the other instead."""
+    n, branches = len(candidates), [([c], [q]) for c in candidates]
+    if n > 1 and window_end(t, draft.W) >= t + k - 1:  # several branches in one window: a tree
+        P = draft.model.cache_len  # x[s:t]: the draft read x_{t-1} for q
+        pos, mask = tree_attention(P, [-1] * n + list(range(n * (k - 2))), draft.device)
+        for i in range(1, k):  # feed the branches' tokens at position t+i-1, get their q at t+i
+            new = slice((i - 1) * n, i * n)
+            logits = draft.forward([seq[-1] for seq, _ in branches], pos=pos[new], mask=mask[new, :P + i * n])[0]
+            for (seq, qs), q_i, row in zip(branches, probs(logits), logits):  # (V,) each: branch j at t+i
+                qs.append(speculative.checked(q_i, row, "draft", t + i, tokens, t))
+                seq.append(speculative.sample(qs[i], generator))
+    else:  # one branch: a chain. subtle: if the draft's window slides inside the round, draft.logits re-fills it
+        for seq, qs in branches:
+            for i in range(1, k):
+                qs.append(checked_probs(probs, draft.logits(tokens + seq, t + i, 1), "draft", t + i, tokens, t)[0])
+                seq.append(speculative.sample(qs[i], generator))
+            draft.rollback(t)  # the next branch starts again from the root
+    draft.rollback(t)  # the next round re-reads whatever is kept
+    return branches
 
 
 def tree_attention(P, parents, device):  # P cached tokens, T parent indices -> pos (T,), mask (T, P+T)
