@@ -32,9 +32,9 @@ import torch
 import data
 from fast import DECODERS, with_decoder
 from hf import GPT2_NAMES  # pretrained GPT-2 through transformers (optional; imported only when used)
-from sample import load, parse_k
+from sample import add_verify_arguments, check_verify_arguments, load, parse_k, verify_params
 from speculative import autoregressive_generate, speculative_generate
-from variants import VERIFIERS, NGramDraft, round_function
+from variants import VERIFIERS, NGramDraft
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SETTINGS = {"t0": dict(temperature=0.0), "t0.8p0.95": dict(temperature=0.8, top_p=0.95), "t1.0": dict(temperature=1.0)}
@@ -49,11 +49,7 @@ def get_args(argv=None):
     ap.add_argument("--verify", default="tokenwise",
                     help=f"comma-separated verifiers, from {sorted(VERIFIERS)}: each draft x verifier is a row")
     ap.add_argument("--ngram_n", type=int, default=3, help="with --draft ngram: how many last tokens to match")
-    ap.add_argument("--n_drafts", type=int, default=2, help="with --verify multidraft: candidates at the root")
-    ap.add_argument("--replacement", action="store_true", help="with --verify multidraft: i.i.d. candidates")
-    ap.add_argument("--lenience", type=float, default=0.5, help="with --verify lenient (LOSSY): l in (0, 1], 1 exact")
-    ap.add_argument("--epsilon", type=float, default=0.09, help="with --verify typical (LOSSY): hard threshold")
-    ap.add_argument("--delta", type=float, default=0.3, help="with --verify typical (LOSSY): entropy-scaled threshold")
+    add_verify_arguments(ap)
     ap.add_argument("--init_from", default=None, choices=GPT2_NAMES,
                     help="target = pretrained GPT-2 via transformers (cached or downloadable) instead of --target")
     ap.add_argument("--k", default="1,2,3,4,5,6,7,8,auto",
@@ -95,11 +91,7 @@ def get_args(argv=None):
         ap.error(f"--verify: choose from {sorted(VERIFIERS)}")
     if args.ngram_n < 1:
         ap.error("--ngram_n must be >= 1 (how many last tokens the n-gram draft matches)")
-    for verify in args.verify:
-        try:
-            round_function(verify, **{name: getattr(args, name) for name in VERIFIERS[verify][1]})
-        except ValueError as e:
-            ap.error(str(e))
+    check_verify_arguments(ap, args, args.verify)
     if args.init_from:
         args.target = args.init_from
     return args
@@ -164,10 +156,10 @@ def main(argv=None):
         if dmeta["tokenizer"] != tmeta["tokenizer"]:
             raise SystemExit("the draft and the target use different tokenizers")
         for verify in args.verify:
-            params = {name: getattr(args, name) for name in VERIFIERS[verify][1]}  # e.g. --lenience
+            params = verify_params(args, verify)  # verify=..., and e.g. lenience=0.5 from --lenience
             label = f"{os.path.basename(path).removesuffix('.pt')}{'' if path != 'ngram' else args.ngram_n} {verify}"
-            label += "".join(f" {name}={value}" for name, value in params.items())
-            variants.append((label, draft, dict(verify=verify, **params)))
+            label += "".join(f" {name}={value}" for name, value in params.items() if name != "verify")
+            variants.append((label, draft, params))
     draft = variants[0][1]  # for the warm-up, --profile and --hf
     prompts = held_out_prompts(data.Tokenizer(tmeta["tokenizer"]), args.prompts, args.prompt_len, args.corpus)
     prompts = [p.to(args.device) for p in prompts]

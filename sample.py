@@ -5,6 +5,7 @@ Sample text with speculative sampling from a target/draft pair (default: the shi
     python sample.py --start "ROMEO:" --k 6 --temperature 1.0
     python sample.py --draft none                      # plain sampling from the target, for comparison
     python sample.py --draft ngram --ngram_n 3         # prompt-lookup draft: no draft model (variants.py)
+    python sample.py --verify block                    # another verifier (variants.py; lenient, typical: LOSSY)
     python sample.py --start FILE:prompt.txt --top_p 0.95
     python sample.py --init_from gpt2-xl --draft gpt2 --device cuda --start "Hello"   # pretrained GPT-2 pair
 
@@ -23,7 +24,7 @@ from hf import GPT2_NAMES  # pretrained GPT-2 through transformers (optional; im
 from choose_k import AutoK
 from fast import DECODERS, with_decoder
 from speculative import SamplingError, autoregressive_generate, speculative_generate
-from variants import NGramDraft
+from variants import VERIFIERS, NGramDraft, round_function
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -50,9 +51,13 @@ def get_args(argv=None):
     ap.add_argument("--decoder", choices=DECODERS, default="fast",
                     help="how both samplers run the models: fast (fast.py, same logits, less Python per step), eager "
                          "(model.py), or fast-bf16 (a bfloat16 target: cheaper wide forwards on CPUs with bf16 units)")
+    ap.add_argument("--verify", default="tokenwise", choices=sorted(VERIFIERS),
+                    help="how the drafts are verified (variants.py); lenient and typical are LOSSY")
+    add_verify_arguments(ap)
     ap.add_argument("--seed", type=int, default=1337)
     ap.add_argument("--device", default="cpu", help="cpu, cuda, cuda:1, mps")
     args = ap.parse_args(argv)
+    check_verify_arguments(ap, args, [args.verify])
     if args.num_samples < 1 or args.max_new_tokens < 0:
         ap.error("--num_samples must be >= 1 and --max_new_tokens >= 0")
     if args.temperature < 0:
@@ -66,6 +71,27 @@ def get_args(argv=None):
     if args.draft is None:
         args.draft = "gpt2" if args.init_from else os.path.join(HERE, "checkpoints", "draft.pt")
     return args
+
+
+def add_verify_arguments(ap):
+    """The verifiers' parameters (variants.VERIFIERS), for sample.py and bench.py."""
+    ap.add_argument("--n_drafts", type=int, default=2, help="with --verify multidraft: candidates at the root")
+    ap.add_argument("--replacement", action="store_true", help="with --verify multidraft: i.i.d. candidates")
+    ap.add_argument("--lenience", type=float, default=0.5, help="with --verify lenient (LOSSY): l in (0, 1], 1 exact")
+    ap.add_argument("--epsilon", type=float, default=0.09, help="with --verify typical (LOSSY): hard threshold")
+    ap.add_argument("--delta", type=float, default=0.3, help="with --verify typical (LOSSY): entropy-scaled threshold")
+
+
+def verify_params(args, verify):  # -> the keyword arguments of speculative_generate for this verifier
+    return dict(verify=verify, **{name: getattr(args, name) for name in VERIFIERS[verify][1]})
+
+
+def check_verify_arguments(ap, args, verifiers):
+    for verify in verifiers:
+        try:
+            round_function(**verify_params(args, verify))
+        except ValueError as e:
+            ap.error(str(e))
 
 
 def parse_k(text):
@@ -142,7 +168,8 @@ def main(argv=None):
             if draft is None:
                 _, stats = autoregressive_generate(target, idx, args.max_new_tokens, stream=stream, **sampling)
             else:
-                _, stats = speculative_generate(target, draft, idx, args.max_new_tokens, k=k, stream=stream, **sampling)
+                _, stats = speculative_generate(target, draft, idx, args.max_new_tokens, k=k, stream=stream, **sampling,
+                                                **verify_params(args, args.verify))
                 ks += [K for _, K, _ in stats.rounds]
         except SamplingError as e:  # the text so far is already printed; say what went wrong, no traceback
             raise SystemExit(f"\nstopped after {len(e.tokens) - len(prompt)} new tokens: {e}") from e
@@ -157,6 +184,8 @@ def main(argv=None):
     mode = "plain sampling" if draft is None else f"speculative sampling, K={args.k}"
     if draft is not None and args.k == "auto" and ks:
         mode += f" (K per round: median {sorted(ks)[len(ks) // 2]}, {min(ks)}..{max(ks)})"
+    if draft is not None and args.verify != "tokenwise":
+        mode += f", verify {args.verify}" + ("" if VERIFIERS[args.verify][3] else " (LOSSY: not the target's distribution)")
     line = (f"{mode}: {totals['tokens']} tokens in {totals['seconds']:.2f} s = "
             f"{totals['tokens'] / max(totals['seconds'], 1e-9):.0f} tokens/s; "
             f"{totals['tokens'] / max(totals['target_calls'], 1):.2f} tokens per target call")

@@ -82,6 +82,19 @@ def test_sample_streams_text_and_prints_statistics(pair, capsys):
     assert "speculative sampling, K=auto (K per round: median " in out and "): 20 tokens in" in out
 
 
+def test_sample_runs_every_verifier_and_labels_the_lossy_ones(pair, capsys):
+    tmp, _ = pair
+    base = ["--target", str(tmp / "target.pt"), "--draft", str(tmp / "draft.pt"), "--num_samples", "1",
+            "--max_new_tokens", "12", "--k", "3"]
+    sample.main(base + ["--verify", "multidraft", "--n_drafts", "3"])
+    assert "speculative sampling, K=3, verify multidraft: 12 tokens in" in capsys.readouterr().out
+    sample.main(base + ["--verify", "lenient", "--lenience", "0.8"])
+    assert "verify lenient (LOSSY: not the target's distribution): 12 tokens" in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        sample.main(base + ["--verify", "lenient", "--lenience", "2"])
+    assert "lenience must be in (0, 1]" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("k", ["fast", "0", "-1", "2.5"])
 def test_bad_k_is_a_usage_error(pair, k, capsys):
     tmp, _ = pair
