@@ -175,7 +175,8 @@ def main(argv=None):
     for name in args.settings:
         sampling = SETTINGS[name]
         cols = [(dec, None, 0) for dec in args.decoder] + [  # (decoder, variant, K); K = 0: plain sampling
-            (dec, v, K) for dec in args.decoder for v in range(len(variants)) for K in args.k]
+            (dec, v, K) for dec in args.decoder for v in range(len(variants)) for K in args.k
+            if not (K == "auto" and variants[v][2]["verify"] == "multidraft")]  # auto models token-wise rounds
         tps, rounds, fwd = {col: [] for col in cols}, {col: [] for col in cols}, {col: [] for col in cols}
         calls = {col: 0 for col in cols}
         draft_step = {}  # (decoder, variant) -> seconds of its draft steps

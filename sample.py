@@ -58,6 +58,8 @@ def get_args(argv=None):
     ap.add_argument("--device", default="cpu", help="cpu, cuda, cuda:1, mps")
     args = ap.parse_args(argv)
     check_verify_arguments(ap, args, [args.verify])
+    if args.verify == "multidraft" and args.k == "auto":
+        ap.error("--verify multidraft needs an int --k, e.g. --k 4 (--k auto models token-wise rounds)")
     if args.num_samples < 1 or args.max_new_tokens < 0:
         ap.error("--num_samples must be >= 1 and --max_new_tokens >= 0")
     if args.temperature < 0:

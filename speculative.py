@@ -254,6 +254,9 @@ def speculative_generate(target, draft, idx, max_new_tokens, k=4, temperature=1.
     one_round = variants.round_function(verify, **verify_params)
     tokens = check_inputs(target, draft, idx, max_new_tokens, k, temperature, top_k, top_p)
     auto = AutoK() if k == "auto" else k if isinstance(k, AutoK) else None
+    if auto and verify == "multidraft":
+        raise ValueError("k='auto' chooses K for token-wise rounds (Theorem 3.8, timing (K+1)-token forwards); "
+                         "multidraft's tree forwards do not fit that model: pass an int k, e.g. k=4")
     stats, tic = Stats(), time.perf_counter()
     tgt, drf = CachedModel(target, idx.device), CachedModel(draft, idx.device)
     end = len(tokens) + max_new_tokens

@@ -160,8 +160,8 @@ def multidraft_round(target, draft, tokens, k, probs, generator, n_drafts, repla
     min(1, r_j(c_j) / q_j(c_j)); else r_{j+1} = norm(max(0, r_j - q_j)) and try the next; if every candidate
     fails, draw from r_{n+1}. Each step is one speculative step from q_j towards r_j, so the root token ~ p_0.
     Then plain speculative verification continues along the accepted candidate's chain.
-    With k="auto": AutoK models token-wise rounds (Theorem 3.8) and times only (K+1)-token target forwards, which
-    a tree is not, so it keeps K at its k_first (4). Still exact; pass an int k to choose K yourself.
+    k="auto" is refused here: AutoK models token-wise rounds (Theorem 3.8) and times (K+1)-token target forwards,
+    which a tree is not.
     """
     if k == 0:  # the last token of a call, or at a window change: nothing to draft
         return speculative.speculative_round(target, draft, tokens, 0, probs, generator)

@@ -93,6 +93,9 @@ def test_sample_runs_every_verifier_and_labels_the_lossy_ones(pair, capsys):
     with pytest.raises(SystemExit):
         sample.main(base + ["--verify", "lenient", "--lenience", "2"])
     assert "lenience must be in (0, 1]" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        sample.main(base[:-2] + ["--verify", "multidraft"])  # --k auto, the default
+    assert "--verify multidraft needs an int --k" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("k", ["fast", "0", "-1", "2.5"])
@@ -160,6 +163,13 @@ def test_bench_puts_every_draft_and_verifier_in_one_table(pair, capsys):
                 "--max_new_tokens", "8", "--repeats", "1"])
     rows = [line.split(" | ")[2] for line in capsys.readouterr().out.splitlines() if line.startswith("| t")]
     assert rows == ["draft tokenwise", "draft block", "ngram3 tokenwise", "ngram3 block"]
+    bench.main(["--target", str(tmp / "target.pt"), "--draft", str(tmp / "draft.pt"), "--verify", "tokenwise,multidraft",
+                "--corpus", str(corpus), "--k", "2,auto", "--settings", "t1.0", "--prompts", "1", "--prompt_len", "8",
+                "--max_new_tokens", "8", "--repeats", "1"])
+    out = capsys.readouterr().out
+    rows = [line.split(" | ")[1:3] for line in out.splitlines() if line.startswith("| t")]
+    assert rows == [["2", "draft tokenwise"], ["auto", "draft tokenwise"], ["2", "draft multidraft n_drafts=2 replacement=False"]]
+    assert "the root kept a draft in" in out
     with pytest.raises(SystemExit):
         bench.main(["--verify", "blok"])
 
