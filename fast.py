@@ -21,7 +21,7 @@ import torch
 import torch.nn as nn
 from torch.nn import functional as F
 
-from model import GPT
+from model import GPT, compact_moves
 
 
 class FastGPT(nn.Module):
@@ -61,9 +61,7 @@ class FastGPT(nn.Module):
 
     def compact(self, n, slots):
         """Keep the first n cached tokens followed by the ones at `slots` (increasing, >= n): model.GPT.compact."""
-        assert slots == sorted(set(slots)) and all(n <= a < self.length for a in slots), (
-            f"compact({n}, {slots}) needs increasing slots in [{n}, cache_len {self.length})")
-        if slots != list(range(n, n + len(slots))):  # (already in place: nothing to move)
+        if compact_moves(n, slots, self.length):
             for kc, vc in zip(self.k, self.v):
                 kc[:, :, n:n + len(slots)] = kc[:, :, slots]  # advanced indexing copies first: overlap is safe
                 vc[:, :, n:n + len(slots)] = vc[:, :, slots]

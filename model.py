@@ -62,13 +62,20 @@ class KVCache:
         self.length = end
         return self.k[:, :, :end], self.v[:, :, :end]
 
-    def compact(self, n, slots):
+    def compact(self, n, slots, move=True):
         """Keep the first n cached tokens, then the tokens at `slots` (increasing, each >= n); forget the rest.
         After a tree of drafts (variants.py) this moves the accepted branch next to the prefix."""
-        if slots != list(range(n, n + len(slots))):  # (already in place: nothing to move)
+        if move:  # (see compact_moves)
             self.k[:, :, n:n + len(slots)] = self.k[:, :, slots]  # advanced indexing copies first: overlap is safe
             self.v[:, :, n:n + len(slots)] = self.v[:, :, slots]
         self.length = n + len(slots)
+
+
+def compact_moves(n, slots, length):  # -> False if `slots` already follow the first n tokens: nothing to move
+    """The argument check of every cache's compact(n, slots), with `length` tokens cached."""
+    assert slots == sorted(set(slots)) and all(n <= a < length for a in slots), (
+        f"compact({n}, {slots}) needs increasing slots in [{n}, cache_len {length})")
+    return slots != list(range(n, n + len(slots)))
 
 
 class CausalSelfAttention(nn.Module):
@@ -190,10 +197,9 @@ class GPT(nn.Module):
 
     def compact(self, n, slots):
         """Keep the first n cached tokens followed by the ones at `slots` (increasing, >= n); see KVCache.compact."""
-        assert slots == sorted(set(slots)) and all(n <= a < self.cache_len for a in slots), (
-            f"compact({n}, {slots}) needs increasing slots in [{n}, cache_len {self.cache_len})")
+        move = compact_moves(n, slots, self.cache_len)
         for cache in self.caches:
-            cache.compact(n, slots)
+            cache.compact(n, slots, move)
 
     # ---- forward ------------------------------------------------------------------------------------------
 

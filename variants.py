@@ -31,7 +31,7 @@ import torch
 import torch.nn as nn
 
 import speculative
-from model import GPTConfig
+from model import GPTConfig, compact_moves
 from speculative import accept_probability, residual, window_end
 
 
@@ -305,20 +305,17 @@ class TokenListCache(nn.Module):
         del self.cache[n:]
 
     def compact(self, n, slots):  # keep the first n tokens, then those at `slots`: model.GPT.compact
-        assert slots == sorted(set(slots)) and all(n <= a < len(self.cache) for a in slots), (
-            f"compact({n}, {slots}) needs increasing slots in [{n}, cache_len {len(self.cache)})")
+        compact_moves(n, slots, len(self.cache))  # the argument check
         self.cache[n:] = [self.cache[a] for a in slots]
 
     def forward(self, idx, targets=None, use_cache=False, pos=None, mask=None):  # (1, T) -> (logits (1, T, V), None)
-        ids = idx[0].tolist()
-        seen = (self.cache if use_cache else []) + ids  # cached tokens, then the new ones
-        P, out = len(seen) - len(ids), []
-        for i in range(len(ids)):  # token i sees seen[:P+i+1], or where its row of the mask says (a tree)
-            history = seen[:P + i + 1] if mask is None else [x for x, m in zip(seen, mask[i].tolist()) if m]
+        seen, out = self.cache if use_cache else [], []  # the cache grows in place, token by token
+        for i, x in enumerate(idx[0].tolist()):  # token i sees everything so far, or where its mask row says (a tree)
+            seen.append(x)
+            assert mask is None or not mask[i, len(seen):].any(), "a token cannot see tokens fed after it"
+            history = seen if mask is None else [y for y, m in zip(seen, mask[i].tolist()) if m]
             assert pos is None or pos[i] == len(history) - 1, "a tree token's position must be its depth"
             out.append(self.next_logits(history))
-        if use_cache:
-            self.cache = seen
         return torch.stack(out)[None].to(idx.device), None
 
 
