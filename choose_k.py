@@ -92,8 +92,17 @@ class AutoK:
 
     def update(self, K, kept, draft_forwards, target_forwards):
         """After a round with K drafts of which `kept` were kept; forwards: [(tokens fed, seconds)] of that round."""
-        self.kept += kept
-        self.rejections += kept < K
+        self.observe([K], [kept])
+        self.observe_forwards(K, draft_forwards, target_forwards)
+
+    def observe(self, Ks, kept):
+        """Acceptance: rounds (one per row of a batch, batched.py) that drafted Ks[b] and kept kept[b]."""
+        for K, n in zip(Ks, kept):
+            self.kept += n
+            self.rejections += n < K
+
+    def observe_forwards(self, K, draft_forwards, target_forwards):
+        """Costs: [(tokens fed, seconds)] of a round's forwards, K drafts a row (all rows of a batch at once)."""
         # subtle: only decoding forwards measure c and v. A draft step feeds 1 token (2 after a round whose drafts
         # were all kept); a target forward K+1. Reading the prompt, or re-reading a slid window, feeds more.
         self.draft_s.extend(s for n, s in draft_forwards if n <= 2)

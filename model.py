@@ -13,11 +13,16 @@ What it is:
 - Tree attention for several drafts at once (variants.py): model(idx, use_cache=True, pos=..., mask=...) feeds
   tokens at given positions, each seeing the cached and new tokens its mask allows; model.compact(n, slots)
   then keeps the accepted branch.
+- A cache with a length per row, for several sequences at once (batched.py): reset_row_cache(B) allocates it;
+  then model(idx, use_cache=True) writes row b's T new tokens at that row's own offset row_lengths[b] (which is
+  also their position), each behind its own causal mask, and model.crop_rows(lengths) rolls rows back in O(1).
+  Its shapes never depend on how many tokens a row holds (attention runs over the whole preallocated cache
+  behind a mask, positions are tensors), so one width always runs the same kernels.
 - save_checkpoint / load_checkpoint: a plain-data dict (state_dict + model args + free-form meta such as the
   tokenizer), so torch.load(..., weights_only=True) works and nothing is guessed at load time.
 
-What it leaves out: flash/fused kernels beyond torch's scaled_dot_product_attention, batched caches with
-different lengths per row, rotary/relative positions, and the training loop (see train_draft.py).
+What it leaves out: flash/fused kernels beyond torch's scaled_dot_product_attention, trees of tokens in the
+per-row cache, rotary/relative positions, and the training loop (see train_draft.py).
 """
 
 import math
@@ -78,6 +83,30 @@ def compact_moves(n, slots, length):  # -> False if `slots` already follow the f
     return slots != list(range(n, n + len(slots)))
 
 
+class RowKVCache:
+    """Keys and values of one attention layer for B rows that hold different numbers of tokens (batched.py).
+
+    Preallocated for `size` slots per row; the model keeps each row's length (GPT.row_lengths). A token's slot is
+    its position, so row b's new tokens go to slots row_lengths[b].. and rolling a row back moves its length only.
+    Slots beyond a row's length hold stale keys, which the attention mask hides until they are overwritten.
+    """
+
+    def __init__(self, B, n_head, size, head_size, device, dtype):
+        self.k = torch.zeros(B, n_head, size, head_size, device=device, dtype=dtype)  # (B, nh, S, hs)
+        self.v = torch.zeros_like(self.k)
+
+    def write(self, k, v, at, span):  # (B', nh, T, hs) x2 -> the first `span` slots of those rows, (B', nh, span, hs) x2
+        """at = (rows (B', 1), slots (B', T), all rows?): row rows[b]'s token i goes into slot slots[b, i]."""
+        rows, slots, every = at
+        self.k[rows, :, slots] = k.transpose(1, 2)  # (B', T, nh, hs)
+        self.v[rows, :, slots] = v.transpose(1, 2)
+        k, v = (self.k, self.v) if every else (self.k[rows[:, 0]], self.v[rows[:, 0]])  # (B', nh, S, hs)
+        return k[:, :, :span], v[:, :, :span]
+
+    def keep(self, index):  # (B',) rows to keep, in this order (batched.py drops finished rows)
+        self.k, self.v = self.k[index], self.v[index]
+
+
 class CausalSelfAttention(nn.Module):
 
     def __init__(self, config):
@@ -90,7 +119,7 @@ class CausalSelfAttention(nn.Module):
         self.n_head = config.n_head
         self.cache = None  # a KVCache while decoding with use_cache=True
 
-    def forward(self, x, use_cache=False, mask=None):
+    def forward(self, x, use_cache=False, mask=None, at=None):  # at: where the tokens go in the per-row cache
         B, T, C = x.size()
         nh, hs = self.n_head, C // self.n_head
         # q, k, v at once: (B, T, 3C) -> (B, T, 3, nh, hs) -> (3, B, nh, T, hs) -> three (B, nh, T, hs). One view
@@ -100,6 +129,9 @@ class CausalSelfAttention(nn.Module):
         dropout = self.attn_dropout if self.training else 0.0
         if not use_cache:
             y = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout, is_causal=True)
+        elif at is not None:  # the per-row cache: row b's tokens at its own slots, mask (B, 1, T, S) made by GPT
+            k, v = self.cache.write(k, v, at, mask.size(-1))  # (B, nh, S, hs): stale slots masked
+            y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
         else:
             P = self.cache.length  # tokens already cached: the new queries sit at positions P..P+T-1
             k, v = self.cache.append(k, v)  # (B, nh, P+T, hs)
@@ -134,8 +166,8 @@ class Block(nn.Module):
         self.ln_2 = nn.LayerNorm(config.n_embd, bias=config.bias)
         self.mlp = MLP(config)
 
-    def forward(self, x, use_cache=False, mask=None):
-        x = x + self.attn(self.ln_1(x), use_cache, mask)  # pre-LayerNorm residual blocks (GPT-2)
+    def forward(self, x, use_cache=False, mask=None, at=None):
+        x = x + self.attn(self.ln_1(x), use_cache, mask, at)  # pre-LayerNorm residual blocks (GPT-2)
         x = x + self.mlp(self.ln_2(x))
         return x
 
@@ -154,7 +186,8 @@ class GPT(nn.Module):
             ln_f=nn.LayerNorm(config.n_embd, bias=config.bias),
         ))
         self.lm_head = nn.Linear(config.n_embd, config.vocab_size, bias=False)
-        self.caches = []  # one KVCache per layer while decoding (reset_cache)
+        self.caches = []  # one KVCache per layer while decoding (reset_cache), or one RowKVCache (reset_row_cache)
+        self.row_lengths = None  # (B,) tokens each row holds, with RowKVCaches
         self.transformer.wte.weight = self.lm_head.weight  # weight tying (Press & Wolf 2017), as GPT-2
         self.apply(self._init_weights)
         for name, p in self.named_parameters():  # GPT-2's scaled init of the residual projections
@@ -181,8 +214,32 @@ class GPT(nn.Module):
         hs = self.config.n_embd // self.config.n_head
         self.caches = [KVCache(batch_size, self.config.n_head, self.config.block_size, hs, w.device, w.dtype)
                        for _ in self.transformer.h]  # a plain list: cheaper to reach than through the modules
+        self.row_lengths = None
         for block, cache in zip(self.transformer.h, self.caches):
             block.attn.cache = cache
+
+    def reset_row_cache(self, batch_size, room=0):
+        """Allocate an empty per-row cache for batch_size rows (batched.py): block_size + room slots per row. The
+        room holds tokens fed past a row's window that the caller discards (a round's unused drafts)."""
+        w = self.lm_head.weight
+        hs = self.config.n_embd // self.config.n_head
+        size = self.config.block_size + room
+        self.caches = [RowKVCache(batch_size, self.config.n_head, size, hs, w.device, w.dtype)
+                       for _ in self.transformer.h]
+        self.row_lengths = torch.zeros(batch_size, dtype=torch.long, device=w.device)
+        for block, cache in zip(self.transformer.h, self.caches):
+            block.attn.cache = cache
+
+    def crop_rows(self, lengths):
+        """Set every row's length ((B,) ints): row b forgets its tokens from lengths[b] on. O(1) per row."""
+        self.row_lengths = torch.as_tensor(lengths, dtype=torch.long, device=self.row_lengths.device)
+
+    def keep_rows(self, index):
+        """Keep only the rows `index` ((B',) ints), in that order: the batch shrinks (rows that have finished)."""
+        index = torch.as_tensor(index, dtype=torch.long, device=self.row_lengths.device)
+        for cache in self.caches:
+            cache.keep(index)
+        self.row_lengths = self.row_lengths[index]
 
     @property
     def cache_len(self):
@@ -203,7 +260,7 @@ class GPT(nn.Module):
 
     # ---- forward ------------------------------------------------------------------------------------------
 
-    def forward(self, idx, targets=None, use_cache=False, pos=None, mask=None):
+    def forward(self, idx, targets=None, use_cache=False, pos=None, mask=None, rows=None, span=None):
         """idx (B, T) token ids -> (logits (B, T, V), loss or None).
 
         use_cache=False: idx is a whole context starting at position 0 (training, reference scoring).
@@ -212,8 +269,13 @@ class GPT(nn.Module):
         pos (T,) and mask (T, cache_len + T), with use_cache: a tree of tokens instead of a chain (tree attention,
         variants.py): token i sits at position pos[i] and attends to the cached and new tokens where mask[i] is
         True. Defaults: positions cache_len.., causal.
+        With a per-row cache (reset_row_cache), row b of idx continues row b of the cache (or row rows[b]: a subset
+        of the rows, (B,) ints), span: see row_forward.
         """
         B, T = idx.size()
+        if use_cache and self.row_lengths is not None:
+            assert pos is None and mask is None, "trees of tokens need the one-row cache (reset_cache)"
+            return self.row_forward(idx, rows, span), None
         if use_cache and not self.caches:
             self.reset_cache(B)
         start = self.cache_len if use_cache else 0
@@ -235,6 +297,34 @@ class GPT(nn.Module):
         if targets is not None:
             loss = F.cross_entropy(logits.view(-1, logits.size(-1)).float(), targets.view(-1), ignore_index=-1)
         return logits, loss
+
+
+    def row_forward(self, idx, rows=None, span=None):  # (B', T) -> logits (B', T, V)
+        """Append T tokens to each row of the per-row cache (or to rows `rows`) and return their logits.
+
+        Row b's tokens go to slots L..L+T-1, L = row_lengths[b], which are also their positions; token i sees the
+        slots <= L+i. Every shape depends only on B', T and the cache size, never on a row's length: no slicing
+        by a Python int, no host read. Positions past block_size (tokens the caller will discard) are clamped.
+        span (optional): attend over the first span slots only, a bound the caller knows (max length + T): fewer
+        keys, cheaper on a CPU, but then the shapes change with it.
+        """
+        B, T = idx.size()
+        lengths = self.row_lengths if rows is None else self.row_lengths[rows]  # (B',)
+        slots = lengths[:, None] + torch.arange(T, device=idx.device)  # (B', T)
+        size = span or self.caches[0].k.size(2)
+        hidden = torch.arange(size, device=idx.device) > slots[..., None]  # (B', T, S): keys after a token's own slot
+        mask = torch.zeros(hidden.shape, device=idx.device, dtype=self.lm_head.weight.dtype).masked_fill(
+            hidden, float("-inf"))[:, None]  # (B', 1, T, S): added to the attention scores
+        pos = slots.clamp(max=self.config.block_size - 1)  # subtle: only discarded tokens sit past the window
+        x = self.transformer.drop(self.transformer.wte(idx) + self.transformer.wpe(pos))  # (B', T, C)
+        at = (torch.arange(B, device=idx.device) if rows is None else rows)[:, None], slots, rows is None
+        for block in self.transformer.h:
+            x = block(x, True, mask, at)
+        if rows is None:
+            self.row_lengths = lengths + T
+        else:
+            self.row_lengths = self.row_lengths.index_add(0, rows, torch.full_like(rows, T))
+        return self.lm_head(self.transformer.ln_f(x))  # (B', T, V)
 
 
 # ---- checkpoints: plain data only ---------------------------------------------------------------------------

@@ -292,9 +292,10 @@ class TokenListCache(nn.Module):
     def __init__(self):
         super().__init__()
         self.cache = []
+        self.row_lengths = None  # with a per-row cache (reset_row_cache): tokens each row holds
 
     def reset_cache(self, batch_size=1):
-        self.cache = []
+        self.cache, self.row_lengths = [], None
 
     @property
     def cache_len(self):
@@ -308,7 +309,34 @@ class TokenListCache(nn.Module):
         compact_moves(n, slots, len(self.cache))  # the argument check
         self.cache[n:] = [self.cache[a] for a in slots]
 
-    def forward(self, idx, targets=None, use_cache=False, pos=None, mask=None):  # (1, T) -> (logits (1, T, V), None)
+    # ---- model.GPT's per-row cache (batched.py): one list of ids per row ----
+    def reset_row_cache(self, batch_size, room=0):
+        self.rows, self.row_lengths = [[] for _ in range(batch_size)], torch.zeros(batch_size, dtype=torch.long)
+
+    def crop_rows(self, lengths):
+        self.row_lengths = torch.as_tensor(lengths, dtype=torch.long).cpu().clone()
+
+    def keep_rows(self, index):
+        index = torch.as_tensor(index, dtype=torch.long).cpu()
+        self.rows, self.row_lengths = [self.rows[i] for i in index.tolist()], self.row_lengths[index]
+
+    def row_forward(self, idx, rows=None):  # (B', T) -> logits (B', T, V), as model.GPT.row_forward
+        which = range(len(self.rows)) if rows is None else rows.tolist()
+        out = []
+        for r, ids in zip(which, idx.tolist()):
+            seen, W = self.rows[r][:self.row_lengths[r]], self.config.block_size  # stale tokens forgotten
+            logits = []
+            for x in ids:  # subtle: past the window sit only tokens the caller discards: any logits do
+                seen.append(x)
+                logits.append(self.next_logits(seen) if len(seen) <= W else torch.zeros(self.config.vocab_size))
+            self.rows[r] = seen
+            self.row_lengths[r] += len(ids)
+            out.append(torch.stack(logits).to(torch.float64))
+        return torch.stack(out).to(idx.device)
+
+    def forward(self, idx, targets=None, use_cache=False, pos=None, mask=None, rows=None, span=None):  # (1, T) -> (logits (1, T, V), None)
+        if use_cache and self.row_lengths is not None:
+            return self.row_forward(idx, rows), None
         seen, out = self.cache if use_cache else [], []  # the cache grows in place, token by token
         for i, x in enumerate(idx[0].tolist()):  # token i sees everything so far, or where its mask row says (a tree)
             seen.append(x)

@@ -70,6 +70,34 @@ def check_cache_against_full_forwards(cached_model, reference, seed, vocab_size=
 
 
 @torch.no_grad()
+def check_row_cache_against_full_forwards(cached_model, reference, seed, B=3, vocab_size=11, block_size=24, steps=30):
+    """check_cache_against_full_forwards for the per-row cache (batched.py): each row is cropped at random on its
+    own (rows of different lengths), then every row gets T new tokens in one forward, or a random subset of the
+    rows gets them (rows=...). Each row's logits must equal reference's full forward over that row alone."""
+    rng = random.Random(seed)
+    cached_model.reset_row_cache(B, room=0)
+    seqs = [[] for _ in range(B)]  # the tokens each row should hold
+    for _ in range(steps):
+        for row in seqs:
+            if row and rng.random() < 0.4:
+                del row[rng.randrange(len(row) + 1):]
+        cached_model.crop_rows([len(row) for row in seqs])
+        which = sorted(rng.sample(range(B), rng.randint(1, B))) if rng.random() < 0.3 else list(range(B))
+        room = block_size - max(len(seqs[b]) for b in which)
+        if room == 0:
+            continue
+        T = rng.randint(1, min(6, room))
+        new = [[rng.randrange(vocab_size) for _ in range(T)] for _ in which]
+        rows = None if len(which) == B else torch.tensor(which)
+        cached, _ = cached_model(torch.tensor(new), use_cache=True, rows=rows)  # (len(which), T, V)
+        for i, b in enumerate(which):
+            seqs[b] += new[i]
+            full, _ = reference(torch.tensor([seqs[b]]))
+            assert (cached[i] - full[0, -T:]).abs().max().item() <= 1e-5, f"row {b} of {which}"
+        assert cached_model.row_lengths.tolist() == [len(row) for row in seqs]
+
+
+@torch.no_grad()
 def check_tree_against_full_forwards(cached_model, reference, seed, vocab_size=11, block_size=24, trials=8):
     """A random tree of new tokens (tree attention) on top of a random cached prefix: every token's logits must
     equal reference's full forward over the prefix and the token's path from the root (the naive path) within

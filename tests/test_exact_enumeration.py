@@ -19,8 +19,9 @@ from speculative import autoregressive_generate, context_start, sampling_probs, 
 from tests.conftest import TableModel
 
 
-def enumerate_branches(run, monkeypatch):
-    """-> {output tuple: total probability} over every branch of run()'s calls to sample() and coin()."""
+def enumerate_branches(run, monkeypatch, patch=None):
+    """-> {output tuple: total probability} over every branch of run()'s calls to sample() and coin().
+    patch(monkeypatch, choose) replaces other draws instead (tests/test_batched.py: the batched ones)."""
     results = defaultdict(float)
     stack = [[]]  # scripts: the option index to take at each decision, then option 0 beyond the script
     while stack:
@@ -33,14 +34,18 @@ def enumerate_branches(run, monkeypatch):
             weight[0] *= options[i][1]
             return options[i][0]
 
-        monkeypatch.setattr(speculative, "sample",
-                            lambda probs, generator=None: choose([(x, p) for x, p in enumerate(probs.tolist()) if p > 0]))
-        monkeypatch.setattr(speculative, "coin",
-                            lambda prob, generator=None: choose([(b, w) for b, w in ((True, prob), (False, 1 - prob)) if w > 0]))
+        (patch or patch_sample_and_coin)(monkeypatch, choose)
         results[tuple(run())] += weight[0]
         for d in range(len(script), len(taken)):  # every alternative at every new decision is a new branch
             stack.extend(taken[:d] + [alt] for alt in range(1, n_options[d]))
     return results
+
+
+def patch_sample_and_coin(monkeypatch, choose):  # choose(options: [(value, probability > 0)]) -> one value
+    monkeypatch.setattr(speculative, "sample",
+                        lambda probs, generator=None: choose([(x, p) for x, p in enumerate(probs.tolist()) if p > 0]))
+    monkeypatch.setattr(speculative, "coin",
+                        lambda prob, generator=None: choose([(b, w) for b, w in ((True, prob), (False, 1 - prob)) if w > 0]))
 
 
 def target_joint(model, prompt, n, **sampling):
