@@ -7,6 +7,7 @@ speedup that Leviathan et al. 2023, Theorem 3.8, predicts from the measured acce
     python bench.py --k 7 --settings t1.0 --profile   # and where the time goes (forward costs, cProfile)
     python bench.py --k 4 --draft checkpoints/draft.pt,ngram --verify tokenwise,block   # variants.py, one table
     python bench.py --init_from gpt2-xl --draft gpt2 --device cuda --k 4,6   # pretrained GPT-2 (transformers)
+    python bench.py --batch 1,2,4,8,16 --k 4,auto --settings t1.0   # batched.py: B rows at once (see batch_bench)
 
 For each setting and K it reports tokens/s of both samplers (median over --repeats), the speedup, alpha (the
 per-token acceptance probability, estimated from the rounds: kept / (kept + rejections)), tokens per target
@@ -17,7 +18,7 @@ predictions:
   with v:           (1 - a^(K+1)) / ((1 - a)(K c + v))     -- the hardware's real cost of that forward
 Measured / prediction shows where the time goes: below the second, it is our own per-step overhead.
 
-What it leaves out: batched decoding, and timing anything but the sampling loops (checkpoints load first).
+What it leaves out: timing anything but the sampling loops (checkpoints load first).
 """
 
 import argparse
@@ -69,6 +70,9 @@ def get_args(argv=None):
     ap.add_argument("--json", default=None, help="also write the rows to this file")
     ap.add_argument("--profile", action="store_true",
                     help="also show where the time goes: forward costs back to back, and cProfile at the first K")
+    ap.add_argument("--batch", default=None,
+                    help="comma-separated batch sizes, e.g. 1,2,4,8,16: time batched.py's samplers instead (B prompts "
+                         "of different lengths at once; model.py's per-row cache, so --decoder is not used)")
     ap.add_argument("--hf", action="store_true",
                     help="also time transformers' assisted generation (generate(assistant_model=...)) on the exported pair")
     args = ap.parse_args(argv)
@@ -94,6 +98,12 @@ def get_args(argv=None):
     check_verify_arguments(ap, args, args.verify)
     if args.init_from:
         args.target = args.init_from
+    if args.batch is not None:
+        if not all(b.isdigit() and int(b) >= 1 for b in args.batch.split(",")):
+            ap.error(f"--batch takes comma-separated ints >= 1, e.g. 1,2,4,8, got {args.batch!r}")
+        args.batch = [int(b) for b in args.batch.split(",")]
+        if args.verify != ["tokenwise"] or "ngram" in args.draft.split(",") or "," in args.draft:
+            ap.error("--batch times batched.py, which runs token-wise verification with one model draft")
     return args
 
 
@@ -149,6 +159,8 @@ def main(argv=None):
     if args.device.startswith("cuda") and not torch.cuda.is_available():
         raise SystemExit("--device cuda, but torch sees no CUDA GPU here; use --device cpu")
     target, tmeta = load(args.target, args.device, "target")
+    if args.batch:
+        return batch_bench(args, target, load(args.draft, args.device, "draft")[0], tmeta)
     variants = []  # (label, draft, verify keyword arguments): every --draft with every --verify
     for path in args.draft.split(","):
         draft, dmeta = (NGramDraft(target.config.vocab_size, n=args.ngram_n), tmeta) if path == "ngram" else (
@@ -246,6 +258,82 @@ def main(argv=None):
         with open(args.json, "w") as fh:
             json.dump(dict(target=args.target, draft=args.draft, device=args.device, machine=machine(), rows=rows,
                            hf=hf_rows), fh, indent=1)
+
+
+def batch_bench(args, target, draft, tmeta):
+    """batched.py at each batch size B: B held-out prompts of different lengths, plain and speculative, interleaved.
+    Per B: tokens/s of all rows together; the plain ceiling B / (one B-row one-token target forward); c and v as
+    measured at that B (a B-row draft step and a B-row (K+1)-token forward, over the B-row one-token step);
+    Theorem 3.8 with them. At B = 1 also speculative_generate and autoregressive_generate on the same prompt,
+    so that the cost of the batching machinery itself shows."""
+    from batched import autoregressive_generate_batch, speculative_generate_batch
+    tok = data.Tokenizer(tmeta["tokenizer"])
+    cut = lambda i: args.prompt_len - (i * 13) % max(1, args.prompt_len // 2)  # lengths differ between rows
+    prompts = [p[0, :cut(i)].to(args.device) for i, p in
+               enumerate(held_out_prompts(tok, max(args.batch), args.prompt_len, args.corpus))]
+    gen = torch.Generator(device=args.device)
+    n = args.max_new_tokens
+    for B in (1, 2):  # warm-up
+        autoregressive_generate_batch(target, prompts[:B], 16, generator=gen.manual_seed(0))
+        speculative_generate_batch(target, draft, prompts[:B], 16, k=4, generator=gen.manual_seed(0))
+    rows = []
+    for name in args.settings:
+        sampling = SETTINGS[name]
+        for B in args.batch:
+            cols = ["plain"] + list(args.k) + (["single plain"] + [f"single {K}" for K in args.k] if B == 1 else [])
+            tps, stats = {c: [] for c in cols}, {c: [] for c in cols}
+            for rep in range(args.repeats):  # interleaved: every column once per repeat
+                for col in cols:
+                    kw = dict(generator=gen.manual_seed(1000 * rep + B), **sampling)
+                    if col == "plain":
+                        _, s = autoregressive_generate_batch(target, prompts[:B], n, **kw)
+                    elif col == "single plain":
+                        _, s = autoregressive_generate(target, prompts[0][None], n, **kw)
+                    elif str(col).startswith("single"):
+                        K = parse_k(col.split()[1])
+                        _, s = speculative_generate(target, draft, prompts[0][None], n, k=K, **kw)
+                    else:
+                        _, s = speculative_generate_batch(target, draft, prompts[:B], n, k=col, **kw)
+                    tps[col].append(s.new_tokens / s.total_time)
+                    stats[col].append(s)
+            step = statistics.median(t for s in stats["plain"] for t in s.target_times)  # a B-row one-token forward
+            plain = statistics.median(tps["plain"])
+            for K in args.k:
+                rounds = [(t, k, a) for s in stats[K] for _, t, k, a in s.rounds]
+                alpha = alpha_from_rounds(rounds)
+                ks = sorted(k for _, k, _ in rounds)
+                K_pred = K if K != "auto" else ks[len(ks) // 2]
+                c = statistics.median(t for s in stats[K] for t in s.draft_times) / step
+                v = statistics.median(t for s in stats[K] for t in s.target_times) / step
+                spec = statistics.median(tps[K])
+                row = dict(setting=name, B=B, K=K, plain_tps=plain, plain_ceiling=B / step, spec_tps=spec,
+                           speedup=spec / plain, alpha=alpha, c=c, v=v, k_median=K_pred, with_v=predicted(alpha, K_pred, c, v))
+                if B == 1:
+                    row.update(single_plain_tps=statistics.median(tps["single plain"]),
+                               single_spec_tps=statistics.median(tps[f"single {K}"]))
+                rows.append(row)
+    print(f"batched.py: target {rel(args.target)} ({target.num_params() / 1e6:.2f}M), draft {rel(args.draft)} "
+          f"({draft.num_params() / 1e6:.2f}M); B held-out prompts of {min(map(len, prompts))}..{args.prompt_len} "
+          f"tokens x {n} new tokens, median of {args.repeats}; eager (model.py); device {args.device}; {machine()}")
+    print("| setting | B | K | plain tok/s | plain / ceiling | spec tok/s | speedup | alpha | c | v | Thm 3.8 with v | measured / Thm 3.8 |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+    for r in rows:
+        print(f"| {r['setting']} | {r['B']} | {r['K']}{'' if r['K'] != 'auto' else ' (' + str(r['k_median']) + ')'} | "
+              f"{r['plain_tps']:.0f} | {r['plain_tps'] / r['plain_ceiling']:.0%} | {r['spec_tps']:.0f} | "
+              f"{r['speedup']:.2f}x | {r['alpha']:.3f} | {r['c']:.3f} | {r['v']:.2f} | {r['with_v']:.2f}x | "
+              f"{r['speedup'] / r['with_v']:.0%} |")
+    for r in (r for r in rows if r["B"] == 1):
+        print(f"{r['setting']}, B=1, K={r['K']}: batched / speculative_generate = {r['spec_tps']:.0f} / "
+              f"{r['single_spec_tps']:.0f} tok/s = {r['spec_tps'] / r['single_spec_tps']:.0%}; batched plain / "
+              f"autoregressive_generate = {r['plain_tps'] / r['single_plain_tps']:.0%}")
+    if args.json:
+        with open(args.json, "w") as fh:
+            json.dump(dict(target=rel(args.target), draft=rel(args.draft), device=args.device, machine=machine(),
+                           batch_rows=rows), fh, indent=1)
+
+
+def rel(path):  # a checkpoint's path as the repository sees it (no machine paths in output or JSON)
+    return os.path.relpath(path, HERE) if os.path.isabs(path) and path.startswith(HERE) else path
 
 
 @torch.no_grad()

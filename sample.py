@@ -7,6 +7,7 @@ Sample text with speculative sampling from a target/draft pair (default: the shi
     python sample.py --draft ngram --ngram_n 3         # prompt-lookup draft: no draft model (variants.py)
     python sample.py --verify block                    # another verifier (variants.py; lenient, typical: LOSSY)
     python sample.py --start FILE:prompt.txt --top_p 0.95
+    python sample.py --batch 8                         # 8 samples generated together (batched.py)
     python sample.py --init_from gpt2-xl --draft gpt2 --device cuda --start "Hello"   # pretrained GPT-2 pair
 
 The tokenizer comes from the checkpoint (never guessed); the draft must have been trained with the same one.
@@ -54,12 +55,17 @@ def get_args(argv=None):
     ap.add_argument("--verify", default="tokenwise", choices=sorted(VERIFIERS),
                     help="how the drafts are verified (variants.py); lenient and typical are LOSSY")
     add_verify_arguments(ap)
+    ap.add_argument("--batch", type=int, default=None,
+                    help="generate --batch samples together, as one batch (batched.py; model.py's per-row cache, so "
+                         "--decoder is not used; token-wise verification only)")
     ap.add_argument("--seed", type=int, default=1337)
     ap.add_argument("--device", default="cpu", help="cpu, cuda, cuda:1, mps")
     args = ap.parse_args(argv)
     check_verify_arguments(ap, args, [args.verify])
     if args.verify == "multidraft" and args.k == "auto":
         ap.error("--verify multidraft needs an int --k, e.g. --k 4 (--k auto models token-wise rounds)")
+    if args.batch is not None and (args.batch < 1 or args.verify != "tokenwise"):
+        ap.error("--batch takes an int >= 1 and token-wise verification (batched.py runs no other verifier)")
     if args.num_samples < 1 or args.max_new_tokens < 0:
         ap.error("--num_samples must be >= 1 and --max_new_tokens >= 0")
     if args.temperature < 0:
@@ -149,6 +155,8 @@ def main(argv=None):
         raise SystemExit(f"--start: {e}") from e
     if not prompt:
         raise SystemExit("--start is empty: give at least one character, e.g. --start $'\\n'")
+    if args.batch:
+        return sample_batch(args, target, draft, tok, prompt)
     target, draft = with_decoder(args.decoder, target, draft)
     idx = torch.tensor([prompt], dtype=torch.long, device=args.device)
     gen = torch.Generator(device=args.device).manual_seed(args.seed)
@@ -194,6 +202,34 @@ def main(argv=None):
     if draft is not None and totals["drafted"]:
         line += f"; acceptance rate {totals['accepted'] / totals['drafted']:.3f}"
     print(line + f" ({args.device}, {args.decoder}, temperature {args.temperature}, top_k {args.top_k}, top_p {args.top_p})")
+
+
+def sample_batch(args, target, draft, tok, prompt):
+    """--batch N: N samples of the same prompt generated together (batched.py), printed when all are done."""
+    from batched import autoregressive_generate_batch, speculative_generate_batch
+    gen = torch.Generator(device=args.device).manual_seed(args.seed)
+    sampling = dict(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, generator=gen)
+    prompts = [prompt] * args.batch
+    try:
+        if draft is None:
+            outs, stats = autoregressive_generate_batch(target, prompts, args.max_new_tokens, **sampling)
+        else:
+            outs, stats = speculative_generate_batch(target, draft, prompts, args.max_new_tokens, k=args.k, **sampling)
+    except SamplingError as e:
+        for i, row in enumerate(e.tokens):
+            print(f"---------- sample {i + 1}/{args.batch}\n{tok.decode(row)}")
+        raise SystemExit(f"\nstopped: {e}") from e
+    for i, out in enumerate(outs):
+        print(f"---------- sample {i + 1}/{args.batch}\n{tok.decode(out.tolist())}")
+    print("----------")
+    mode = "plain sampling" if draft is None else f"speculative sampling, K={args.k}"
+    line = (f"{mode}, batch of {args.batch}: {stats.new_tokens} tokens in {stats.total_time:.2f} s = "
+            f"{stats.new_tokens / max(stats.total_time, 1e-9):.0f} tokens/s; "
+            f"{stats.tokens_per_target_call:.2f} tokens per target call (all rows)")
+    if draft is not None and stats.drafted:
+        line += f"; acceptance rate {stats.accepted / stats.drafted:.3f}"
+    print(line + f" ({args.device}, eager (model.py), temperature {args.temperature}, top_k {args.top_k}, "
+                 f"top_p {args.top_p})")
 
 
 if __name__ == "__main__":
