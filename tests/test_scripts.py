@@ -224,3 +224,31 @@ def test_sample_stops_with_a_clear_message_on_nan_weights(pair, monkeypatch):
     monkeypatch.setattr(sample, "load", lambda path, device, role: (model, meta))
     with pytest.raises(SystemExit, match="stopped after 0 new tokens: .*NaN"):
         sample.main(["--target", str(tmp / "target.pt"), "--draft", "none", "--max_new_tokens", "5", "--num_samples", "1"])
+
+
+def test_sample_batch_generates_the_samples_together(pair, capsys):
+    tmp, _ = pair
+    base = ["--target", str(tmp / "target.pt"), "--start", "ROMEO:", "--max_new_tokens", "12", "--batch", "3"]
+    sample.main(base + ["--draft", str(tmp / "draft.pt"), "--k", "2"])
+    out = capsys.readouterr().out
+    assert out.count("ROMEO:") == 3 and "sample 3/3" in out
+    assert "speculative sampling, K=2, batch of 3: 36 tokens in" in out and "acceptance rate" in out
+    sample.main(base + ["--draft", "none"])
+    assert "plain sampling, batch of 3: 36 tokens in" in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        sample.main(base + ["--verify", "block"])  # batched.py runs token-wise verification only
+
+
+def test_bench_batch_prints_a_row_per_b_and_k(pair, capsys, tmp_path):
+    import bench
+    tmp, corpus = pair
+    bench.main(["--target", str(tmp / "target.pt"), "--draft", str(tmp / "draft.pt"), "--corpus", str(corpus),
+                "--batch", "1,3", "--k", "2,auto", "--settings", "t1.0", "--prompt_len", "8", "--max_new_tokens", "8",
+                "--repeats", "1", "--json", str(tmp_path / "b.json")])
+    out = capsys.readouterr().out
+    rows = [line.split(" | ")[:3] for line in out.splitlines() if line.startswith("| t")]
+    assert [(b, k.split()[0]) for _, b, k in rows] == [("1", "2"), ("1", "auto"), ("3", "2"), ("3", "auto")]
+    assert "t1.0, B=1, K=2: batched / speculative_generate = " in out
+    assert "batch_rows" in (tmp_path / "b.json").read_text()
+    with pytest.raises(SystemExit):
+        bench.main(["--batch", "0,2"])
