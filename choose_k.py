@@ -25,14 +25,33 @@ rounds so is the whole output. What would break it: choosing K with this round's
 round with another K after seeing how many drafts were kept. (tests/test_exact_enumeration.py runs a history
 in which K changes from round to round down every branch and gets the target's distribution.)
 
+Right from the first round: k="auto" does not relearn in every call what the machine already showed. Each
+(target, draft, device, batch size) has a Memory for the life of the process (AutoK.remembered): the measured
+costs, and the acceptance per sampling setting, which a new call starts from (the acceptance counted as at
+most `prior` rounds, so a new prompt soon outweighs it). Earlier calls are the past too: still exact.
+
 What it leaves out: K per position from the draft's own confidence (also lossless, e.g. SpecDec++), and
-costs shared between calls unless you pass the same AutoK object to each (k=AutoK()).
+memory across processes (pass costs=(c, v) to fix them).
 Note: with measured costs, K depends on the clock, so the same seed need not give the same tokens twice. The
 distribution is exact either way; pass an int k (or fixed `costs`) for bit-reproducible runs.
 """
 
 import statistics
+import weakref
 from collections import defaultdict, deque
+
+
+class Memory:
+    """What rounds measured for one pair on one device: seconds of recent draft steps, of recent target forwards
+    of each width, and [kept, rejections] per sampling setting. Shared by every AutoK made with it."""
+
+    def __init__(self, recent=32):
+        self.draft_s = deque(maxlen=recent)  # seconds of recent one-token draft steps
+        self.target_s = defaultdict(lambda: deque(maxlen=recent))  # width n -> seconds of recent n-token forwards
+        self.acceptance = defaultdict(lambda: [0, 0])  # sampling setting -> [kept, rejections]
+
+
+MEMORIES = weakref.WeakKeyDictionary()  # target model -> draft model -> {(device, batch size): Memory}
 
 
 class AutoK:
@@ -42,7 +61,7 @@ class AutoK:
     (deterministic: for tests and what-ifs). Pass one object as k= to several calls to keep what it learned.
     """
 
-    def __init__(self, k_max=16, k_first=4, costs=None, recent=32):
+    def __init__(self, k_max=16, k_first=4, costs=None, recent=32, memory=None, setting=None, prior=64):
         if not isinstance(k_max, int) or isinstance(k_max, bool) or k_max < 1:
             raise ValueError(f"AutoK: k_max must be an int >= 1, got {k_max!r}")
         if not isinstance(k_first, int) or isinstance(k_first, bool) or not 1 <= k_first <= k_max:
@@ -51,13 +70,26 @@ class AutoK:
             raise ValueError("AutoK: costs must be (c, v) with c >= 0 and v a function K -> v(K), e.g. (0.1, lambda K: 1.0)")
         self.k_max, self.k_first, self.costs = k_max, k_first, costs
         self.kept, self.rejections = 0, 0
-        self.draft_s = deque(maxlen=recent)  # seconds of recent one-token draft steps
-        self.target_s = defaultdict(lambda: deque(maxlen=recent))  # width n -> seconds of recent n-token forwards
+        self.memory = memory or Memory(recent)  # costs: this call's own, or shared with earlier calls
+        self.draft_s, self.target_s = self.memory.draft_s, self.memory.target_s
+        self.counts = self.memory.acceptance[setting]  # [kept, rejections] of every call with this setting
+        kept, rejections = self.counts
+        scale = min(1.0, prior / max(1, kept + rejections))  # earlier calls weigh as at most `prior` rounds
+        self.prior_kept, self.prior_rejections = kept * scale, rejections * scale
         self.chosen = []  # K chosen before each round (before clipping to the tokens and window left)
 
+    @classmethod
+    def remembered(cls, target, draft, device, setting, batch=1, **kw):
+        """An AutoK that starts from what earlier calls with this target and draft on this device measured in
+        this process (costs; acceptance with the same sampling `setting`), and adds to it."""
+        memories = MEMORIES.setdefault(target, weakref.WeakKeyDictionary()).setdefault(draft, {})
+        memory = memories.setdefault((str(device), batch), Memory())
+        return cls(memory=memory, setting=setting, **kw)
+
     @property
-    def alpha(self):
-        return (self.kept + 1) / (self.kept + self.rejections + 2)
+    def alpha(self):  # this call's rounds, earlier calls' (as at most `prior` rounds), one pseudo-count of each
+        kept, rejections = self.kept + self.prior_kept, self.rejections + self.prior_rejections
+        return (kept + 1) / (kept + rejections + 2)
 
     def round_cost(self):  # -> K -> seconds (or target steps) of a round with K drafts, or None if not known yet
         if self.costs is not None:
@@ -100,6 +132,8 @@ class AutoK:
         for K, n in zip(Ks, kept):
             self.kept += n
             self.rejections += n < K
+            self.counts[0] += n  # for later calls
+            self.counts[1] += n < K
 
     def observe_forwards(self, K, draft_forwards, target_forwards):
         """Costs: [(tokens fed, seconds)] of a round's forwards, K drafts a row (all rows of a batch at once)."""
