@@ -176,8 +176,9 @@ def speculative_generate_batch(target, draft, prompts, max_new_tokens, k=4, temp
     autoregressive_generate(target) of that prompt alone. k: drafts per round (all rows), an int or "auto"."""
     tokens, device = check_batch(target, draft, prompts, max_new_tokens, k, temperature, top_k, top_p)
     B, tic = len(tokens), time.perf_counter()
-    auto = AutoK.remembered(target, draft, device, (temperature, top_k, top_p), batch=B) if k == "auto" else (
-        k if isinstance(k, AutoK) else None)  # "auto" starts from what earlier calls measured (choose_k.Memory)
+    setting = ("tokenwise", (), temperature, top_k, top_p)  # as speculative_generate keys the acceptance
+    auto = AutoK.remembered(target, draft, device, setting, batch=B) if k == "auto" else (  # from earlier calls
+        k if isinstance(k, AutoK) else None)
     room = (auto.k_max if auto else k) + 2  # slots for the drafts a row at its window's end computes and discards
     tgt, drf = RowCachedModel(target, B, room, device), RowCachedModel(draft, B, room, device)
     probs = lambda logits: sampling_probs(logits, temperature, top_k, top_p)

@@ -33,20 +33,19 @@ import torch
 import data
 from fast import DECODERS, with_decoder
 from hf import GPT2_NAMES  # pretrained GPT-2 through transformers (optional; imported only when used)
-from sample import add_verify_arguments, check_verify_arguments, load, parse_k, verify_params
-from speculative import autoregressive_generate, speculative_generate
+from sample import HELP, SHIPPED, add_verify_arguments, check_verify_arguments, load, parse_k, shown, verify_params
+from speculative import autoregressive_generate, round_for, speculative_generate
 from variants import VERIFIERS, NGramDraft
 
-HERE = os.path.dirname(os.path.abspath(__file__))
 SETTINGS = {"t0": dict(temperature=0.0), "t0.8p0.95": dict(temperature=0.8, top_p=0.95), "t1.0": dict(temperature=1.0)}
 
 
 def get_args(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--target", default=os.path.join(HERE, "checkpoints", "target.pt"))
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=HELP)
+    ap.add_argument("--target", default=None, help="target checkpoint; None means checkpoints/target.pt, the shipped one")
     ap.add_argument("--draft", default=None,
-                    help="comma-separated drafts, each a checkpoint, a GPT-2 name or 'ngram' (prompt lookup, no model) "
-                         "(default: checkpoints/draft.pt, or gpt2 with --init_from)")
+                    help="comma-separated drafts, each a checkpoint, a GPT-2 name or 'ngram' (prompt lookup, no model); "
+                         "None means checkpoints/draft.pt, or gpt2 with --init_from")
     ap.add_argument("--verify", default="tokenwise",
                     help=f"comma-separated verifiers, from {sorted(VERIFIERS)}: each draft x verifier is a row")
     ap.add_argument("--ngram_n", type=int, default=3, help="with --draft ngram: how many last tokens to match")
@@ -61,13 +60,13 @@ def get_args(argv=None):
                          "fast-bf16 runs the target in bfloat16, plain sampling included")
     ap.add_argument("--prompts", type=int, default=4, help="prompts, cut from the held-out text")
     ap.add_argument("--corpus", default="shakespeare", help="the prompts' text: the pair's corpus (data.py) or a file")
-    ap.add_argument("--prompt_len", type=int, default=64)
-    ap.add_argument("--max_new_tokens", type=int, default=128)
+    ap.add_argument("--prompt_len", type=int, default=64, help="tokens per prompt")
+    ap.add_argument("--max_new_tokens", type=int, default=128, help="tokens generated per prompt")
     ap.add_argument("--repeats", type=int, default=5, help="median over this many repeats")
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--device", default="cpu")
-    ap.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (default: torch's choice)")
-    ap.add_argument("--json", default=None, help="also write the rows to this file")
+    ap.add_argument("--seed", type=int, default=0, help="seeds the sampling")
+    ap.add_argument("--device", default="cpu", help="cpu, cuda, cuda:1, mps")
+    ap.add_argument("--threads", type=int, default=None, help="torch.set_num_threads; None: torch's choice")
+    ap.add_argument("--json", default=None, help="also write the rows to this file; None: no file")
     ap.add_argument("--profile", action="store_true",
                     help="also show where the time goes: forward costs back to back, and cProfile at the first K")
     ap.add_argument("--batch", default=None,
@@ -88,8 +87,9 @@ def get_args(argv=None):
         ap.error(f"--settings: choose from {list(SETTINGS)}")
     if args.prompts < 1 or args.repeats < 1 or args.max_new_tokens < 1:
         ap.error("--prompts, --repeats and --max_new_tokens must be >= 1")
+    args.target = args.target or SHIPPED["target"]
     if args.draft is None:
-        args.draft = "gpt2" if args.init_from else os.path.join(HERE, "checkpoints", "draft.pt")
+        args.draft = "gpt2" if args.init_from else SHIPPED["draft"]
     args.verify = args.verify.split(",")
     if any(v not in VERIFIERS for v in args.verify):
         ap.error(f"--verify: choose from {sorted(VERIFIERS)}")
@@ -121,9 +121,25 @@ def held_out_prompts(tok, n, length, corpus):
 
 
 def machine():
-    cpu = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name")),
-               platform.processor()) if os.path.exists("/proc/cpuinfo") else platform.processor()
-    return f"{cpu}, {os.cpu_count()} cores, {platform.system()}; torch {torch.__version__}, {torch.get_num_threads()} threads"
+    """The CPU as lscpu names it, with the instruction sets that decide the speed here (from /proc/cpuinfo)."""
+    cpu, flags = platform.processor(), set()
+    if os.path.exists("/proc/cpuinfo"):
+        lines = open("/proc/cpuinfo").read().splitlines()
+        cpu = next((line.split(":", 1)[1].strip() for line in lines if line.startswith("model name")), cpu)
+        flags = set(next((line.split(":", 1)[1].split() for line in lines if line.startswith("flags")), []))
+    isa = [name for flag, name in [("avx2", "AVX2"), ("avx512f", "AVX-512"), ("avx512_bf16", "AVX512-BF16"),
+                                   ("amx_tile", "AMX")] if flag in flags]
+    cpu += f" ({', '.join(isa)})" if isa else ""  # none listed: none of these (or no /proc/cpuinfo)
+    return (f"{cpu}, {os.cpu_count()} cores, {platform.system()}; "
+            f"torch {torch.__version__}, {torch.get_num_threads()} threads")
+
+
+def takes(params, K):  # -> does the verifier of params (verify=..., ...) take this K? (registry: speculative.ROUNDS)
+    try:
+        round_for(k=K, **params)
+        return True
+    except ValueError:
+        return False
 
 
 def alpha_from_rounds(rounds):
@@ -188,7 +204,7 @@ def main(argv=None):
         sampling = SETTINGS[name]
         cols = [(dec, None, 0) for dec in args.decoder] + [  # (decoder, variant, K); K = 0: plain sampling
             (dec, v, K) for dec in args.decoder for v in range(len(variants)) for K in args.k
-            if not (K == "auto" and variants[v][2]["verify"] == "multidraft")]  # auto models token-wise rounds
+            if takes(variants[v][2], K)]  # multidraft refuses auto (variants.multidraft_entry)
         tps, rounds, fwd = {col: [] for col in cols}, {col: [] for col in cols}, {col: [] for col in cols}
         calls = {col: 0 for col in cols}
         draft_step = {}  # (decoder, variant) -> seconds of its draft steps
@@ -228,7 +244,8 @@ def main(argv=None):
                              k_median=K_pred, k_min=ks[0], k_max=ks[-1], ideal=predicted(alpha, K_pred, c),
                              with_v=predicted(alpha, K_pred, c, vv)))
 
-    print(f"target {args.target} ({target.num_params() / 1e6:.2f}M), draft {args.draft} "
+    print(f"target {shown(args.target)} ({target.num_params() / 1e6:.2f}M), "
+          f"draft {','.join(shown(path) for path in args.draft.split(','))} "
           f"({', '.join(f'{d.num_params() / 1e6:.2f}M' for d in dict.fromkeys(v[1] for v in variants))}); "
           f"{args.prompts} held-out prompts x {args.max_new_tokens} new tokens, median of {args.repeats}; "
           f"device {args.device}; {machine()}")
@@ -256,7 +273,8 @@ def main(argv=None):
     hf_rows = compare_with_hf(args, target, draft, prompts) if args.hf else []
     if args.json:
         with open(args.json, "w") as fh:
-            json.dump(dict(target=args.target, draft=args.draft, device=args.device, machine=machine(), rows=rows,
+            json.dump(dict(target=shown(args.target), draft=",".join(shown(p) for p in args.draft.split(",")),
+                           device=args.device, machine=machine(), rows=rows,
                            hf=hf_rows), fh, indent=1)
 
 
@@ -312,7 +330,7 @@ def batch_bench(args, target, draft, tmeta):
                     row.update(single_plain_tps=statistics.median(tps["single plain"]),
                                single_spec_tps=statistics.median(tps[f"single {K}"]))
                 rows.append(row)
-    print(f"batched.py: target {rel(args.target)} ({target.num_params() / 1e6:.2f}M), draft {rel(args.draft)} "
+    print(f"batched.py: target {shown(args.target)} ({target.num_params() / 1e6:.2f}M), draft {shown(args.draft)} "
           f"({draft.num_params() / 1e6:.2f}M); B held-out prompts of {min(map(len, prompts))}..{args.prompt_len} "
           f"tokens x {n} new tokens, median of {args.repeats}; eager (model.py); device {args.device}; {machine()}")
     print("| setting | B | K | plain tok/s | plain / ceiling | spec tok/s | speedup | alpha | c | v | Thm 3.8 with v | measured / Thm 3.8 |")
@@ -328,12 +346,8 @@ def batch_bench(args, target, draft, tmeta):
               f"autoregressive_generate = {r['plain_tps'] / r['single_plain_tps']:.0%}")
     if args.json:
         with open(args.json, "w") as fh:
-            json.dump(dict(target=rel(args.target), draft=rel(args.draft), device=args.device, machine=machine(),
+            json.dump(dict(target=shown(args.target), draft=shown(args.draft), device=args.device, machine=machine(),
                            batch_rows=rows), fh, indent=1)
-
-
-def rel(path):  # a checkpoint's path as the repository sees it (no machine paths in output or JSON)
-    return os.path.relpath(path, HERE) if os.path.isabs(path) and path.startswith(HERE) else path
 
 
 @torch.no_grad()
@@ -376,7 +390,7 @@ def profile(args, target, draft, prompts):
         speculative_generate(target, draft, p, args.max_new_tokens, k=K, generator=gen.manual_seed(i), **sampling)
     prof.disable()
     print(f"cProfile of speculative_generate, K={K}, {args.settings[0]}, {len(prompts)} prompts:")
-    pstats.Stats(prof, stream=sys.stdout).sort_stats("tottime").print_stats(12)
+    pstats.Stats(prof, stream=sys.stdout).strip_dirs().sort_stats("tottime").print_stats(12)  # file names only
 
 
 def compare_with_hf(args, target, draft, prompts):

@@ -16,6 +16,7 @@ The tokenizer comes from the checkpoint (never guessed); the draft must have bee
 import argparse
 import os
 import sys
+import time
 
 import torch
 
@@ -24,27 +25,37 @@ from model import load_checkpoint
 from hf import GPT2_NAMES  # pretrained GPT-2 through transformers (optional; imported only when used)
 from choose_k import AutoK
 from fast import DECODERS, with_decoder
-from speculative import SamplingError, autoregressive_generate, speculative_generate
+from speculative import SamplingError, Stats, autoregressive_generate, round_for, speculative_generate
 from variants import VERIFIERS, NGramDraft, round_function
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+SHIPPED = {role: os.path.join(HERE, "checkpoints", f"{role}.pt") for role in ("target", "draft")}  # the shipped pair
+HELP = argparse.ArgumentDefaultsHelpFormatter  # --help shows every default
+TRAIN_THEN_SAMPLE = ("`python train_draft.py --preset cpu-quick` trains a small pair into runs/cpu-quick/ in minutes; "
+                     "then `python sample.py --target runs/cpu-quick/target.pt --draft runs/cpu-quick/draft.pt`")
+
+
+def shown(path):
+    """A path as scripts print and store it: relative to the repository when inside it, so no machine path."""
+    full = os.path.abspath(path)
+    return os.path.relpath(full, HERE) if full.startswith(HERE + os.sep) else path
 
 
 def get_args(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--target", default=os.path.join(HERE, "checkpoints", "target.pt"), help="target checkpoint")
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=HELP)
+    ap.add_argument("--target", default=None, help="target checkpoint; None means checkpoints/target.pt, the shipped one")
     ap.add_argument("--draft", default=None,
                     help="draft checkpoint, a GPT-2 name (gpt2, ...), 'ngram' (prompt lookup, no model; lossless), "
-                         "or 'none' for plain sampling (default: checkpoints/draft.pt, or gpt2 with --init_from)")
+                         "or 'none' for plain sampling; None means checkpoints/draft.pt, or gpt2 with --init_from")
     ap.add_argument("--ngram_n", type=int, default=3, help="with --draft ngram: how many last tokens to match")
     ap.add_argument("--init_from", default=None, choices=GPT2_NAMES,
                     help="target = pretrained GPT-2 via transformers (cached or downloadable) instead of --target")
-    ap.add_argument("--start", default="\n", help="the prompt: text, or FILE:path to read it from a file")
-    ap.add_argument("--num_samples", type=int, default=3)
-    ap.add_argument("--max_new_tokens", type=int, default=300)
+    ap.add_argument("--start", default="\n", help="the prompt: text, or FILE:path to read it from a file (default: %(default)r)")
+    ap.add_argument("--num_samples", type=int, default=3, help="samples, each from the same prompt")
+    ap.add_argument("--max_new_tokens", type=int, default=300, help="tokens generated per sample")
     ap.add_argument("--temperature", type=float, default=0.8, help="0 = greedy")
-    ap.add_argument("--top_k", type=int, default=None)
-    ap.add_argument("--top_p", type=float, default=None)
+    ap.add_argument("--top_k", type=int, default=None, help="keep the k most probable tokens; None: all")
+    ap.add_argument("--top_p", type=float, default=None, help="keep the most probable tokens up to this mass; None: all")
     ap.add_argument("--k", type=parse_k, default="auto",
                     help="draft tokens per round: an int, or auto (chosen before each round from measured acceptance "
                          "and costs, choose_k.py; the tokens then depend on timings, so --seed reproduces a run only "
@@ -58,12 +69,14 @@ def get_args(argv=None):
     ap.add_argument("--batch", type=int, default=None,
                     help="generate --batch samples together, as one batch (batched.py; model.py's per-row cache, so "
                          "--decoder is not used; token-wise verification only)")
-    ap.add_argument("--seed", type=int, default=1337)
+    ap.add_argument("--seed", type=int, default=1337, help="seeds the sampling (reproducible with an int --k)")
     ap.add_argument("--device", default="cpu", help="cpu, cuda, cuda:1, mps")
     args = ap.parse_args(argv)
     check_verify_arguments(ap, args, [args.verify])
-    if args.verify == "multidraft" and args.k == "auto":
-        ap.error("--verify multidraft needs an int --k, e.g. --k 4 (--k auto models token-wise rounds)")
+    try:  # the verifier's parameters are fine: what is left to refuse is --k (e.g. multidraft takes an int only)
+        round_for(**verify_params(args, args.verify), k=args.k)
+    except ValueError as e:
+        ap.error(f"--verify {args.verify} needs an int --k, e.g. --k 4: {e}")
     if args.batch is not None and (args.batch < 1 or args.verify != "tokenwise"):
         ap.error("--batch takes an int >= 1 and token-wise verification (batched.py runs no other verifier)")
     if args.num_samples < 1 or args.max_new_tokens < 0:
@@ -76,8 +89,9 @@ def get_args(argv=None):
         ap.error("--top_p must be in (0, 1]")
     if args.ngram_n < 1:
         ap.error("--ngram_n must be >= 1 (how many last tokens the n-gram draft matches)")
+    args.target = args.target or SHIPPED["target"]
     if args.draft is None:
-        args.draft = "gpt2" if args.init_from else os.path.join(HERE, "checkpoints", "draft.pt")
+        args.draft = "gpt2" if args.init_from else SHIPPED["draft"]
     return args
 
 
@@ -129,7 +143,7 @@ def load(path, device, role):
         model, meta = load_checkpoint(path, device)
     except FileNotFoundError as e:
         raise SystemExit(f"{role}: {e}. The shipped pair lives in checkpoints/ (git clone brings it); "
-                         f"`python train_draft.py --preset cpu-quick` trains a small pair in minutes") from e
+                         f"{TRAIN_THEN_SAMPLE}") from e
     if "tokenizer" not in meta:
         raise SystemExit(f"{path} stores no tokenizer description; retrain it with train_draft.py")
     return model, meta
@@ -155,6 +169,8 @@ def main(argv=None):
         raise SystemExit(f"--start: {e}") from e
     if not prompt:
         raise SystemExit("--start is empty: give at least one character, e.g. --start $'\\n'")
+    print(f"target {shown(args.init_from or args.target)} ({target.num_params() / 1e6:.2f}M), draft "
+          + ("none: plain sampling" if draft is None else f"{shown(args.draft)} ({draft.num_params() / 1e6:.2f}M)"))
     if args.batch:
         return sample_batch(args, target, draft, tok, prompt)
     target, draft = with_decoder(args.decoder, target, draft)
@@ -166,7 +182,7 @@ def main(argv=None):
     totals = dict(tokens=0, seconds=0.0, target_calls=0, drafted=0, accepted=0)
     ks = []  # K of every round
     for i in range(args.num_samples):
-        new = []
+        new, stats, tic = [], Stats(), time.perf_counter()
 
         def stream(ids):  # print text as it is produced (decode the whole tail: BPE pieces can merge)
             before = tok.decode(new)
@@ -177,21 +193,36 @@ def main(argv=None):
         try:
             if draft is None:
                 _, stats = autoregressive_generate(target, idx, args.max_new_tokens, stream=stream, **sampling)
-            else:
-                _, stats = speculative_generate(target, draft, idx, args.max_new_tokens, k=k, stream=stream, **sampling,
-                                                **verify_params(args, args.verify))
-                ks += [K for _, K, _ in stats.rounds]
+            else:  # stats fills round by round, so Ctrl-C keeps the rounds so far
+                speculative_generate(target, draft, idx, args.max_new_tokens, k=k, stream=stream, stats=stats,
+                                     **sampling, **verify_params(args, args.verify))
         except SamplingError as e:  # the text so far is already printed; say what went wrong, no traceback
             raise SystemExit(f"\nstopped after {len(e.tokens) - len(prompt)} new tokens: {e}") from e
+        except KeyboardInterrupt:  # Ctrl-C: the text so far is printed; count what this sample did, then stop
+            stats.new_tokens, stats.total_time = len(new), time.perf_counter() - tic
+            print(f"\n(interrupted: Ctrl-C after {len(new)} new tokens of sample {i + 1}; the statistics so far)")
+            add_up(totals, ks, stats, calls=len(stats.rounds) if draft is not None else len(new))  # a call a round
+            summary(args, draft, totals, ks)
+            raise SystemExit(130)
         print()
-        totals["tokens"] += stats.new_tokens
-        totals["seconds"] += stats.total_time
-        totals["target_calls"] += stats.target_calls
-        totals["drafted"] += stats.drafted
-        totals["accepted"] += stats.accepted
+        add_up(totals, ks, stats, stats.target_calls)
+    summary(args, draft, totals, ks)
 
+
+def add_up(totals, ks, stats, calls):
+    totals["tokens"] += stats.new_tokens
+    totals["seconds"] += stats.total_time
+    totals["target_calls"] += calls
+    totals["drafted"] += stats.drafted
+    totals["accepted"] += stats.accepted
+    ks += [K for _, K, _ in stats.rounds]
+
+
+def summary(args, draft, totals, ks, decoder=None):  # the statistics line; its terms are the README's glossary
     print("----------")
     mode = "plain sampling" if draft is None else f"speculative sampling, K={args.k}"
+    if args.batch:  # batched.py: tokens of all rows, forwards of all rows at once
+        mode += f", batch of {args.batch}"
     if draft is not None and args.k == "auto" and ks:
         mode += f" (K per round: median {sorted(ks)[len(ks) // 2]}, {min(ks)}..{max(ks)})"
     if draft is not None and args.verify != "tokenwise":
@@ -200,8 +231,9 @@ def main(argv=None):
             f"{totals['tokens'] / max(totals['seconds'], 1e-9):.0f} tokens/s; "
             f"{totals['tokens'] / max(totals['target_calls'], 1):.2f} tokens per target call")
     if draft is not None and totals["drafted"]:
-        line += f"; acceptance rate {totals['accepted'] / totals['drafted']:.3f}"
-    print(line + f" ({args.device}, {args.decoder}, temperature {args.temperature}, top_k {args.top_k}, top_p {args.top_p})")
+        line += f"; drafts kept {totals['accepted'] / totals['drafted']:.3f}"
+    print(line + f" ({args.device}, {decoder or args.decoder}, temperature {args.temperature}, top_k {args.top_k}, "
+                 f"top_p {args.top_p})")
 
 
 def sample_batch(args, target, draft, tok, prompt):
@@ -221,15 +253,9 @@ def sample_batch(args, target, draft, tok, prompt):
         raise SystemExit(f"\nstopped: {e}") from e
     for i, out in enumerate(outs):
         print(f"---------- sample {i + 1}/{args.batch}\n{tok.decode(out.tolist())}")
-    print("----------")
-    mode = "plain sampling" if draft is None else f"speculative sampling, K={args.k}"
-    line = (f"{mode}, batch of {args.batch}: {stats.new_tokens} tokens in {stats.total_time:.2f} s = "
-            f"{stats.new_tokens / max(stats.total_time, 1e-9):.0f} tokens/s; "
-            f"{stats.tokens_per_target_call:.2f} tokens per target call (all rows)")
-    if draft is not None and stats.drafted:
-        line += f"; acceptance rate {stats.accepted / stats.drafted:.3f}"
-    print(line + f" ({args.device}, eager (model.py), temperature {args.temperature}, top_k {args.top_k}, "
-                 f"top_p {args.top_p})")
+    totals = dict(tokens=stats.new_tokens, seconds=stats.total_time, target_calls=stats.target_calls,
+                  drafted=stats.drafted, accepted=stats.accepted)
+    summary(args, draft, totals, [K for *_, K, _ in stats.rounds], decoder="eager (model.py)")
 
 
 if __name__ == "__main__":

@@ -11,8 +11,8 @@ forward, and a modified rejection step keeps or replaces them. A round emits 1..
 exactly as sampling from the target alone (Leviathan et al., Appendix A.1; the tests enumerate every branch).
 
 Both samplers condition position t on the window x[s(t):t] (see context_start) and use KV caches (model.py).
-What it leaves out: batches (B > 1), tree-shaped drafts (variants.py: multidraft). k="auto" (choosing K per round)
-lives in choose_k.py.
+What it leaves out: batches (B > 1), other verifiers and tree-shaped drafts (variants.py, which registers them in
+ROUNDS). k="auto" (choosing K per round) lives in choose_k.py.
 """
 
 import time
@@ -215,18 +215,28 @@ def autoregressive_generate(model, idx, max_new_tokens, temperature=1.0, top_k=N
 
 # ---- speculative sampling --------------------------------------------------------------------------------------
 
-def speculative_round(target, draft, tokens, k, probs, generator):
-    """One round of Chen et al. Algorithm 2. Appends 1..k+1 tokens to `tokens`; returns how many drafts it kept."""
-    t = len(tokens)
-    # 1. the draft proposes k tokens one at a time: x_i ~ q_i = q(. | x_<t+i)
-    qs = []
+def draft_tokens(draft, tokens, k, probs, generator):
+    """Step 1 of a round: the draft proposes k tokens one at a time, x_i ~ q_i = q(. | x_<t+i), appended to tokens.
+    -> [q_1 .. q_k], each (V,). Every verifier of a chain (here and variants.py) drafts through this function."""
+    t, qs = len(tokens), []
     for i in range(k):
         logits = draft.logits(tokens, t + i, 1)[0]  # (V,)
         qs.append(checked(probs(logits), logits, "draft", t + i, tokens, t))  # only tokens[:t] are final yet
         tokens.append(sample(qs[i], generator))
-    # 2. the target scores all k+1 positions in ONE forward: p_0 .. p_k
-    logits = target.logits(tokens, t, k + 1)  # (K+1, V)
-    p = probs(logits)
+    return qs
+
+
+def score(target, tokens, k, probs):  # -> logits (K+1, V), p (K+1, V)
+    """Step 2: the target scores the k drafts at the end of tokens, and the position after them, in ONE forward."""
+    logits = target.logits(tokens, len(tokens) - k, k + 1)  # (K+1, V): p_0 .. p_k
+    return logits, probs(logits)
+
+
+def speculative_round(target, draft, tokens, k, probs, generator):
+    """One round of Chen et al. Algorithm 2. Appends 1..k+1 tokens to `tokens`; returns how many drafts it kept."""
+    t = len(tokens)
+    qs = draft_tokens(draft, tokens, k, probs, generator)  # 1. x_i ~ q_i, for i = 1..k
+    logits, p = score(target, tokens, k, probs)  # 2. p_0 .. p_k in one target forward
     # 3. left to right: keep x_i with probability min(1, p_i(x_i) / q_i(x_i)) ...
     for i in range(k):
         x = tokens[t + i]
@@ -242,22 +252,42 @@ def speculative_round(target, draft, tokens, k, probs, generator):
     return k
 
 
+# ---- choosing the round: speculative_generate(..., verify=name) ----------------------------------------------
+
+def tokenwise(k, **params):  # ROUNDS' entry for speculative_round
+    if params:
+        raise ValueError(f"verify='tokenwise' takes no parameter {', '.join(sorted(params))} (its parameters: none)")
+    return speculative_round  # subtle: looked up at each call, so a test's or notebook's patched round is run
+
+
+# name -> entry(k, **params) -> a round function with speculative_round's signature (ValueError for bad input).
+# variants.py adds its verifiers here when imported; this file imports nothing from it.
+ROUNDS = {"tokenwise": tokenwise}
+
+
+def round_for(verify, k, **params):
+    """-> the round function that speculative_generate runs for verify=name, its parameters bound."""
+    if verify not in ROUNDS:
+        raise ValueError(f"unknown verify={verify!r}: choose from {sorted(ROUNDS)} (variants.py adds its "
+                         "verifiers when imported: `import variants` first)")
+    return ROUNDS[verify](k, **params)
+
+
 @torch.no_grad()
 def speculative_generate(target, draft, idx, max_new_tokens, k=4, temperature=1.0, top_k=None, top_p=None,
-                         generator=None, stream=None, verify="tokenwise", **verify_params):
+                         generator=None, stream=None, verify="tokenwise", stats=None, **verify_params):
     """idx (1, T) -> (idx (1, T + max_new_tokens), Stats), distributed exactly as autoregressive_generate(target).
 
     k: drafts per round, an int, or "auto" (or an AutoK object) to choose it before each round (choose_k.py).
-    verify picks the round: "tokenwise" (speculative_round, this file) or a variant from variants.py ("block",
-    ...; some are lossy), with its parameters as further keyword arguments (variants.VERIFIERS lists them)."""
-    import variants  # here, not at the top: variants.py builds on this file
-    one_round = variants.round_function(verify, **verify_params)
+    verify names the round in ROUNDS: "tokenwise" (speculative_round) or, once variants.py is imported, one of its
+    verifiers ("block", ...; some are lossy), with its parameters as further keyword arguments.
+    stats: a Stats to fill round by round (default: a new one), so a caller interrupted mid-call keeps the rounds so far."""
     tokens = check_inputs(target, draft, idx, max_new_tokens, k, temperature, top_k, top_p)
-    auto = AutoK() if k == "auto" else k if isinstance(k, AutoK) else None
-    if auto and verify == "multidraft":
-        raise ValueError("k='auto' chooses K for token-wise rounds (Theorem 3.8, timing (K+1)-token forwards); "
-                         "multidraft's tree forwards do not fit that model: pass an int k, e.g. k=4")
-    stats, tic = Stats(), time.perf_counter()
+    one_round = round_for(verify, k, **verify_params)
+    setting = (verify, tuple(sorted(verify_params.items())), temperature, top_k, top_p)  # acceptance depends on it
+    auto = AutoK.remembered(target, draft, idx.device, setting) if k == "auto" else (  # starts from earlier calls
+        k if isinstance(k, AutoK) else None)
+    stats, tic = Stats() if stats is None else stats, time.perf_counter()
     tgt, drf = CachedModel(target, idx.device), CachedModel(draft, idx.device)
     end = len(tokens) + max_new_tokens
     probs = lambda logits: sampling_probs(logits, temperature, top_k, top_p)
@@ -289,7 +319,8 @@ def check_inputs(target, draft, idx, max_new_tokens, k, temperature, top_k, top_
     if not torch.is_tensor(idx) or idx.dim() != 2 or idx.dtype != torch.long:
         raise ValueError("idx must be a LongTensor of shape (1, T), e.g. torch.tensor([ids], dtype=torch.long)")
     if idx.size(0) != 1:
-        raise ValueError(f"batch size {idx.size(0)} is not supported yet: generate one sequence at a time (B=1)")
+        raise ValueError(f"idx holds {idx.size(0)} sequences; these samplers take one (B=1). For several at once "
+                         "use batched.py: speculative_generate_batch(target, draft, list(idx), ...)")
     if idx.size(1) == 0:
         raise ValueError("the prompt is empty: give at least one token (e.g. a newline) to condition on")
     if not isinstance(max_new_tokens, int) or max_new_tokens < 0:

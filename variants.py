@@ -27,6 +27,8 @@ model.GPT's pos and mask), and the draft drafts the n branches side by side, one
 What it leaves out: deeper trees (branching after the root), batches, and learned draft heads (Medusa's, EAGLE's).
 """
 
+import functools
+
 import torch
 import torch.nn as nn
 
@@ -35,22 +37,26 @@ from model import GPTConfig, compact_moves
 from speculative import accept_probability, residual, window_end
 
 
-def checked_probs(probs, logits, model, t, tokens, generated):  # (n, V) logits of positions t.. -> (n, V)
+def check_rows(p, logits, model, t, tokens, generated):  # (n, V) probabilities of positions t.. -> (n, V)
     """speculative.checked on every row (stricter than the core round, which checks a row only when it uses it):
     non-finite logits end in the same SamplingError, with tokens[:generated] (final before this round) kept."""
-    p = probs(logits)
     for i in range(p.size(0)):
         speculative.checked(p[i], logits[i], model, t + i, tokens, generated)
     return p
 
 
+def checked_probs(probs, logits, model, t, tokens, generated):  # (n, V) logits of positions t.. -> (n, V)
+    return check_rows(probs(logits), logits, model, t, tokens, generated)
+
+
 def propose_and_score(target, draft, tokens, k, probs, generator):
-    """Steps 1 and 2 of speculative_round: k drafts x_i ~ q_i appended to tokens, then p_0..p_k in ONE forward."""
-    t, qs = len(tokens), []
-    for i in range(k):
-        qs.append(checked_probs(probs, draft.logits(tokens, t + i, 1), "draft", t + i, tokens, t)[0])  # (V,)
-        tokens.append(speculative.sample(qs[i], generator))
-    return qs, checked_probs(probs, target.logits(tokens, t, k + 1), "target", t, tokens, t)  # k x (V,), (K+1, V)
+    """Steps 1 and 2 of speculative_round, through the same functions: k drafts x_i ~ q_i appended to tokens
+    (speculative.draft_tokens), then p_0..p_k in ONE forward (speculative.score), every row checked."""
+    t = len(tokens)
+    qs = speculative.draft_tokens(draft, tokens, k, probs, generator)  # k x (V,)
+    logits, p = speculative.score(target, tokens, k, probs)  # (K+1, V)
+    check_rows(p, logits, "target", t, tokens, t)
+    return qs, p
 
 
 # ---- block verification (Sun et al. 2024, Algorithm 2): lossless and optimal ---------------------------
@@ -160,8 +166,8 @@ def multidraft_round(target, draft, tokens, k, probs, generator, n_drafts, repla
     min(1, r_j(c_j) / q_j(c_j)); else r_{j+1} = norm(max(0, r_j - q_j)) and try the next; if every candidate
     fails, draw from r_{n+1}. Each step is one speculative step from q_j towards r_j, so the root token ~ p_0.
     Then plain speculative verification continues along the accepted candidate's chain.
-    k="auto" is refused here: AutoK models token-wise rounds (Theorem 3.8) and times (K+1)-token target forwards,
-    which a tree is not.
+    k="auto" is refused (multidraft_entry): AutoK models token-wise rounds (Theorem 3.8) and times (K+1)-token
+    target forwards, which a tree is not.
     """
     if k == 0:  # the last token of a call, or at a window change: nothing to draft
         return speculative.speculative_round(target, draft, tokens, 0, probs, generator)
@@ -417,6 +423,22 @@ def round_function(verify, **params):
     bound = {**defaults, **params}
     check(**bound)
     return lambda target, draft, tokens, k, probs, generator: fn(target, draft, tokens, k, probs, generator, **bound)
+
+
+def any_k_entry(verify, k, **params):  # speculative.ROUNDS' entry for a verifier that takes any k, "auto" too
+    return round_function(verify, **params)
+
+
+def multidraft_entry(k, **params):  # speculative.ROUNDS' entry for multidraft: an int k only
+    if not isinstance(k, int):  # "auto" or an AutoK object
+        raise ValueError("k='auto' chooses K for token-wise rounds (Theorem 3.8, timing (K+1)-token forwards); "
+                         "multidraft's tree forwards do not fit that model: pass an int k, e.g. k=4")
+    return round_function("multidraft", **params)
+
+
+# speculative_generate(..., verify=name) finds this file's verifiers in speculative.ROUNDS (it never imports us)
+speculative.ROUNDS.update({name: functools.partial(any_k_entry, name) for name in VERIFIERS if name != "tokenwise"},
+                          multidraft=multidraft_entry)
 
 
 def total_variation(got, want):  # {outcome: probability} x2 -> 1/2 sum |got - want|

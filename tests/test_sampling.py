@@ -112,7 +112,7 @@ def test_models_in_train_mode_are_switched_to_eval():
     (dict(top_k=0), "top_k"),
     (dict(top_p=0.0), "top_p"),
     (dict(top_p=1.5), "top_p"),
-    (dict(idx=torch.tensor([[1, 2], [3, 4]])), "batch size 2 is not supported yet"),
+    (dict(idx=torch.tensor([[1, 2], [3, 4]])), "idx holds 2 sequences; these samplers take one"),
     (dict(idx=torch.zeros(1, 0, dtype=torch.long)), "prompt is empty"),
     (dict(idx=torch.tensor([[1, 9]])), r"token ids must lie in \[0, 5\)"),
     (dict(idx=torch.tensor([[1.0]])), "LongTensor"),

@@ -1,6 +1,7 @@
 """train_draft.py and sample.py end to end, on a tiny corpus file and tiny models (seconds on a CPU)."""
 
 import importlib
+import os
 
 import pytest
 import torch
@@ -68,12 +69,48 @@ def test_a_pair_with_different_tokenizers_is_refused(pair, tmp_path):
                           "--data_dir", str(tmp_path / "data"), *TINY])
 
 
+def test_training_never_overwrites_the_shipped_pair_unless_asked(pair, monkeypatch, capsys):
+    """The default is a folder of its own (runs/<preset>/); --out_dir checkpoints is refused, with what to do."""
+    assert train_draft.get_args([]).out_dir == os.path.join("runs", "cpu-quick")
+    assert train_draft.get_args(["--preset", "reference"]).out_dir == os.path.join("runs", "reference")
+    monkeypatch.chdir(os.path.dirname(os.path.abspath(train_draft.__file__)))
+    for argv in (["--out_dir", "checkpoints"], ["--out_dir", "checkpoints/", "--role", "draft"]):
+        with pytest.raises(SystemExit):
+            train_draft.get_args(argv)
+        assert "would overwrite the shipped checkpoints" in capsys.readouterr().err
+    assert train_draft.get_args(["--out_dir", "checkpoints", "--overwrite_shipped"]).out_dir == "checkpoints"
+
+
+def test_ctrl_c_in_sample_keeps_the_text_and_prints_the_statistics_so_far(pair, capsys, monkeypatch):
+    tmp, _ = pair
+    rounds = []
+
+    def interrupted(*args, stream, **kwargs):  # Ctrl-C in the middle of the third round's stream
+        def stream_then_ctrl_c(ids):
+            stream(ids)
+            rounds.append(ids)
+            if len(rounds) == 3:
+                raise KeyboardInterrupt
+        return sample_generate(*args, stream=stream_then_ctrl_c, **kwargs)
+
+    sample_generate = sample.speculative_generate
+    monkeypatch.setattr(sample, "speculative_generate", interrupted)
+    with pytest.raises(SystemExit) as exit:
+        sample.main(["--target", str(tmp / "target.pt"), "--draft", str(tmp / "draft.pt"), "--k", "2",
+                     "--num_samples", "2", "--max_new_tokens", "40"])
+    out = capsys.readouterr().out
+    n = sum(len(ids) for ids in rounds)
+    assert exit.value.code == 130 and "sample 2/2" not in out
+    assert f"Ctrl-C after {n} new tokens of sample 1" in out
+    assert f"speculative sampling, K=2: {n} tokens in " in out and f"{n / 3:.2f} tokens per target call" in out
+
+
 def test_sample_streams_text_and_prints_statistics(pair, capsys):
     tmp, _ = pair
     sample.main(["--target", str(tmp / "target.pt"), "--draft", str(tmp / "draft.pt"), "--start", "ROMEO:",
                  "--num_samples", "2", "--max_new_tokens", "20"])
     out = capsys.readouterr().out
-    assert out.count("ROMEO:") >= 2 and "acceptance rate" in out and "tokens per target call" in out
+    assert out.count("ROMEO:") >= 2 and "drafts kept" in out and "tokens per target call" in out
     sample.main(["--target", str(tmp / "target.pt"), "--draft", "none", "--max_new_tokens", "5", "--num_samples", "1"])
     assert "plain sampling: 5 tokens" in capsys.readouterr().out
     sample.main(["--target", str(tmp / "target.pt"), "--draft", "ngram", "--ngram_n", "2", "--max_new_tokens", "20",
@@ -232,7 +269,7 @@ def test_sample_batch_generates_the_samples_together(pair, capsys):
     sample.main(base + ["--draft", str(tmp / "draft.pt"), "--k", "2"])
     out = capsys.readouterr().out
     assert out.count("ROMEO:") == 3 and "sample 3/3" in out
-    assert "speculative sampling, K=2, batch of 3: 36 tokens in" in out and "acceptance rate" in out
+    assert "speculative sampling, K=2, batch of 3: 36 tokens in" in out and "drafts kept" in out
     sample.main(base + ["--draft", "none"])
     assert "plain sampling, batch of 3: 36 tokens in" in capsys.readouterr().out
     with pytest.raises(SystemExit):
