@@ -96,3 +96,28 @@ def test_an_autok_object_keeps_what_it_learned_across_calls(gpt_pair):
     seen = auto.kept + auto.rejections
     speculative_generate(target, draft, torch.tensor([[1, 2]]), 30, k=auto)
     assert auto.kept + auto.rejections > seen > 0 and auto.round_cost() is not None
+
+
+def test_remembered_autok_starts_from_what_earlier_calls_measured():
+    """The same target, draft, device and batch size share costs; the acceptance is shared per sampling setting
+    and weighs as at most `prior` rounds; another draft (or batch size) starts from nothing."""
+    target, draft, other = random_gpt(0), random_gpt(1, n_layer=1, n_embd=8, n_head=1), random_gpt(2)
+    first = AutoK.remembered(target, draft, "cpu", "t1")
+    assert first.choose(16) == 4  # nothing measured yet: k_first
+    for _ in range(50):
+        first.update(3, 3, [(1, 0.001)] * 3, [(4, 0.010)])  # every draft kept: alpha near 1
+    second = AutoK.remembered(target, draft, "cpu", "t1")
+    assert second.draft_s and second.target_s[4] and second.choose(16) > 4  # right from its first round
+    assert abs(second.alpha - 65 / 66) < 1e-12  # 150 kept and no rejection, weighed as 64: (64+1)/(64+2)
+    assert AutoK.remembered(target, draft, "cpu", "greedy").alpha == 0.5  # another setting: costs only
+    assert AutoK.remembered(target, draft, "cpu", "greedy").draft_s
+    assert not AutoK.remembered(target, other, "cpu", "t1").draft_s  # another draft
+    assert not AutoK.remembered(target, draft, "cpu", "t1", batch=4).draft_s  # another batch size
+
+
+def test_k_auto_of_a_second_call_uses_the_first_calls_costs(gpt_pair):
+    target, draft = gpt_pair
+    g = torch.Generator().manual_seed(0)
+    speculative_generate(target, draft, torch.tensor([[1, 2]]), 30, k="auto", generator=g)
+    auto = AutoK.remembered(target, draft, torch.device("cpu"), ("tokenwise", (), 1.0, None, None))
+    assert auto.draft_s and auto.target_s and auto.counts[0] > 0  # what the first call measured, for the next
