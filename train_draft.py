@@ -74,7 +74,7 @@ def get_args(argv=None):
     ap.add_argument("--grad_clip", type=float, default=1.0, help="clip the gradient's norm to this")
     ap.add_argument("--distill", type=float, default=0.0, help="draft only: weight a of the distillation loss vs data loss")
     ap.add_argument("--distill_loss", choices=["kl", "tv"], default="kl",
-                    help="kl: KL(p||q); tv: total variation 0.5*sum|p-q|, whose minimum is the acceptance rate at T=1")
+                    help="kl: KL(p||q); tv: total variation 0.5*sum|p-q|, which is 1 - alpha at T=1 (README, glossary)")
     ap.add_argument("--init", default=None, help="start from this checkpoint's weights (same shape), e.g. to fine-tune a draft")
     ap.add_argument("--target", default=None, help="target checkpoint for --distill; None means OUT_DIR/target.pt")
     ap.add_argument("--seed", type=int, default=1337, help="seeds the weights and the batches")
