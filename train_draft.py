@@ -30,10 +30,7 @@ import torch
 from torch.nn import functional as F
 
 import data
-from model import GPT, GPTConfig, load_checkpoint, save_checkpoint
-
-HERE = os.path.dirname(os.path.abspath(__file__))
-SHIPPED = [os.path.join(HERE, "checkpoints", f"{role}.pt") for role in ("target", "draft")]  # what git clone brings
+from model import GPT, SHIPPED, GPTConfig, load_checkpoint, save_checkpoint
 
 # ---- presets: the recipes we ran. Any flag given on the command line overrides them. -------------------------
 PRESETS = {
@@ -92,7 +89,8 @@ def get_args(argv=None):
     args.out_dir = args.out_dir or os.path.join("runs", args.preset)
     args.data_dir = args.data_dir or data.DATA_DIR
     roles = ["target", "draft"] if args.role == "both" else [args.role]
-    shipped = [p for p in (os.path.join(args.out_dir, f"{r}.pt") for r in roles) if os.path.abspath(p) in SHIPPED]
+    paths = [os.path.join(args.out_dir, f"{role}.pt") for role in roles]
+    shipped = [p for p in paths if os.path.abspath(p) in SHIPPED.values()]
     if shipped and not args.overwrite_shipped:
         ap.error(f"--out_dir {args.out_dir} would overwrite the shipped {' and '.join(shipped)}: train into a folder "
                  f"of your own (the default, runs/{args.preset}/), or add --overwrite_shipped to replace them")
