@@ -33,7 +33,8 @@ import torch
 import data
 from fast import DECODERS, with_decoder
 from hf import GPT2_NAMES  # pretrained GPT-2 through transformers (optional; imported only when used)
-from sample import HELP, SHIPPED, add_verify_arguments, check_verify_arguments, load, parse_k, shown, verify_params
+from model import SHIPPED
+from sample import HELP, add_verify_arguments, check_verify_arguments, load, parse_k, shown, verify_params
 from speculative import autoregressive_generate, round_for, speculative_generate
 from variants import VERIFIERS, NGramDraft
 

@@ -329,6 +329,11 @@ class GPT(nn.Module):
 
 # ---- checkpoints: plain data only ---------------------------------------------------------------------------
 
+# the shipped pair, which git clone brings (sample.py's and bench.py's default; train_draft.py will not overwrite it)
+SHIPPED = {role: os.path.join(os.path.dirname(os.path.abspath(__file__)), "checkpoints", f"{role}.pt")
+           for role in ("target", "draft")}
+
+
 def save_checkpoint(path, model, meta=None, dtype=None):
     """Write {model_args, state_dict, meta} atomically (temp file + rename): a run killed at any moment
     leaves the previous checkpoint intact. dtype=torch.float16 halves the file; load_checkpoint restores

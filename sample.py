@@ -21,7 +21,7 @@ import time
 import torch
 
 from data import Tokenizer
-from model import load_checkpoint
+from model import SHIPPED, load_checkpoint
 from hf import GPT2_NAMES  # pretrained GPT-2 through transformers (optional; imported only when used)
 from choose_k import AutoK
 from fast import DECODERS, with_decoder
@@ -29,7 +29,6 @@ from speculative import SamplingError, Stats, autoregressive_generate, round_for
 from variants import VERIFIERS, NGramDraft, round_function
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-SHIPPED = {role: os.path.join(HERE, "checkpoints", f"{role}.pt") for role in ("target", "draft")}  # the shipped pair
 HELP = argparse.ArgumentDefaultsHelpFormatter  # --help shows every default
 TRAIN_THEN_SAMPLE = ("`python train_draft.py --preset cpu-quick` trains a small pair into runs/cpu-quick/ in minutes; "
                      "then `python sample.py --target runs/cpu-quick/target.pt --draft runs/cpu-quick/draft.pt`")

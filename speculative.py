@@ -215,13 +215,18 @@ def autoregressive_generate(model, idx, max_new_tokens, temperature=1.0, top_k=N
 
 # ---- speculative sampling --------------------------------------------------------------------------------------
 
+def draft_probs(logits, probs, position, tokens, final):  # the draft's logits (V,) at position -> q (V,)
+    """q, the distribution the draft samples its token at `position` from, checked. Every verifier (here and in
+    variants.py, trees included) makes its q here; tokens[:final] are final (drafts are not, until kept)."""
+    return checked(probs(logits), logits, "draft", position, tokens, final)
+
+
 def draft_tokens(draft, tokens, k, probs, generator):
     """Step 1 of a round: the draft proposes k tokens one at a time, x_i ~ q_i = q(. | x_<t+i), appended to tokens.
     -> [q_1 .. q_k], each (V,). Every verifier of a chain (here and variants.py) drafts through this function."""
     t, qs = len(tokens), []
     for i in range(k):
-        logits = draft.logits(tokens, t + i, 1)[0]  # (V,)
-        qs.append(checked(probs(logits), logits, "draft", t + i, tokens, t))  # only tokens[:t] are final yet
+        qs.append(draft_probs(draft.logits(tokens, t + i, 1)[0], probs, t + i, tokens, t))  # (V,)
         tokens.append(sample(qs[i], generator))
     return qs
 

@@ -30,10 +30,7 @@ import torch
 from torch.nn import functional as F
 
 import data
-from model import GPT, GPTConfig, load_checkpoint, save_checkpoint
-
-HERE = os.path.dirname(os.path.abspath(__file__))
-SHIPPED = [os.path.join(HERE, "checkpoints", f"{role}.pt") for role in ("target", "draft")]  # what git clone brings
+from model import GPT, SHIPPED, GPTConfig, load_checkpoint, save_checkpoint
 
 # ---- presets: the recipes we ran. Any flag given on the command line overrides them. -------------------------
 PRESETS = {
@@ -81,7 +78,7 @@ def get_args(argv=None):
     ap.add_argument("--grad_clip", type=float, default=1.0, help="clip the gradient's norm to this")
     ap.add_argument("--distill", type=float, default=0.0, help="draft only: weight a of the distillation loss vs data loss")
     ap.add_argument("--distill_loss", choices=["kl", "tv"], default="kl",
-                    help="kl: KL(p||q); tv: total variation 0.5*sum|p-q|, whose minimum is the acceptance rate at T=1")
+                    help="kl: KL(p||q); tv: total variation 0.5*sum|p-q|, which is 1 - alpha at T=1 (README, glossary)")
     ap.add_argument("--init", default=None, help="start from this checkpoint's weights (same shape), e.g. to fine-tune a draft")
     ap.add_argument("--target", default=None, help="target checkpoint for --distill; None means OUT_DIR/target.pt")
     ap.add_argument("--seed", type=int, default=1337, help="seeds the weights and the batches")
@@ -99,7 +96,8 @@ def get_args(argv=None):
     args.out_dir = args.out_dir or os.path.join("runs", args.preset)
     args.data_dir = args.data_dir or data.DATA_DIR
     roles = ["target", "draft"] if args.role == "both" else [args.role]
-    shipped = [p for p in (os.path.join(args.out_dir, f"{r}.pt") for r in roles) if os.path.abspath(p) in SHIPPED]
+    paths = [os.path.join(args.out_dir, f"{role}.pt") for role in roles]
+    shipped = [p for p in paths if os.path.abspath(p) in SHIPPED.values()]
     if shipped and not args.overwrite_shipped:
         ap.error(f"--out_dir {args.out_dir} would overwrite the shipped {' and '.join(shipped)}: train into a folder "
                  f"of your own (the default, runs/{args.preset}/), or add --overwrite_shipped to replace them")

@@ -173,7 +173,7 @@ def multidraft_round(target, draft, tokens, k, probs, generator, n_drafts, repla
         return speculative.speculative_round(target, draft, tokens, 0, probs, generator)
     t = len(tokens)
     # 1. the candidates at the root: c_j ~ q_j
-    q = checked_probs(probs, draft.logits(tokens, t, 1), "draft", t, tokens, t)[0]  # (V,): the draft at position t
+    q = speculative.draft_probs(draft.logits(tokens, t, 1)[0], probs, t, tokens, t)  # (V,): the draft at position t
     candidates, q_of = [], []  # c_j and the q_j it was drawn from
     q_j = q
     for _ in range(n_drafts):
@@ -212,13 +212,13 @@ def draft_branches(draft, tokens, t, candidates, q, k, probs, generator):
         for i in range(1, k):  # feed the branches' tokens at position t+i-1, get their q at t+i
             new = slice((i - 1) * n, i * n)
             logits = draft.forward([seq[-1] for seq, _ in branches], pos=pos[new], mask=mask[new, :P + i * n])[0]
-            for (seq, qs), q_i, row in zip(branches, probs(logits), logits):  # (V,) each: branch j at t+i
-                qs.append(speculative.checked(q_i, row, "draft", t + i, tokens, t))
+            for (seq, qs), row in zip(branches, logits):  # (V,) each: branch j at t+i
+                qs.append(speculative.draft_probs(row, probs, t + i, tokens, t))
                 seq.append(speculative.sample(qs[i], generator))
     else:  # one branch: a chain. subtle: if the draft's window slides inside the round, draft.logits re-fills it
         for seq, qs in branches:
             for i in range(1, k):
-                qs.append(checked_probs(probs, draft.logits(tokens + seq, t + i, 1), "draft", t + i, tokens, t)[0])
+                qs.append(speculative.draft_probs(draft.logits(tokens + seq, t + i, 1)[0], probs, t + i, tokens, t))
                 seq.append(speculative.sample(qs[i], generator))
             draft.rollback(t)  # the next branch starts again from the root
     draft.rollback(t)  # the next round re-reads whatever is kept
