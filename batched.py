@@ -20,7 +20,8 @@ Design choices, each kept simple:
     reads the host once (each row's kept count, its new tokens and a did-anything-go-wrong flag). Draws use
     sample_rows (an exponential race: exact, and no host read) and kept_counts.
   - A row whose window slid, and every prompt, is re-read by a separate forward of just those rows (rare).
-  - A finished row leaves the batch (its cache rows are dropped), so it costs nothing afterwards.
+  - A finished row rides along (its results ignored) until half the batch has finished; then the finished rows
+    leave (the others' cache rows are copied once), so they stop costing work without a copy at every finish.
 
 Exactness: given the past, each row's round is an ordinary Algorithm 2 round with K_b drafts, and the rows' draws
 are independent, so every row is distributed as plain sampling from the target and the rows are independent
@@ -104,14 +105,14 @@ class RowCachedModel:
         """Read rows' tokens tokens[b][need:upto[b]] in one forward of just those rows (prompts, slid windows)."""
         if not rows:
             return
+        every = len(rows) == len(self.length)  # all rows (the prompts): no gathering of rows
         ids = [tokens[b][self.start[b] + self.length[b]:upto[b]] for b in rows]
         width = max(len(i) for i in ids)
         padded = torch.tensor([i + [0] * (width - len(i)) for i in ids], device=self.device)  # (R, width)
         self.model.crop_rows(self.length)
-        self.timed(self.fill_times, padded, rows)
+        self.timed(self.fill_times, padded, None if every else rows)
         for b, i in zip(rows, ids):
-            self.length[b] += len(i)
-        self.model.crop_rows(self.length)  # forget the padding
+            self.length[b] += len(i)  # the padding is forgotten: the next forward or fill crops to these lengths
 
     def forward(self, ids, fed):  # (B, T) ids, fed[b] of them real -> logits (B, T, V)
         self.model.crop_rows(self.length)
@@ -183,43 +184,46 @@ def speculative_generate_batch(target, draft, prompts, max_new_tokens, k=4, temp
     tgt, drf = RowCachedModel(target, B, room, device), RowCachedModel(draft, B, room, device)
     probs = lambda logits: sampling_probs(logits, temperature, top_k, top_p)
     ends = [len(row) + max_new_tokens for row in tokens]
-    live = list(range(B)) if max_new_tokens else []  # live[i]: batch row i's prompt (finished rows leave)
-    outputs, stats = list(tokens), BatchStats(rows=B)
-    while live:
-        rows = [tokens[b] for b in live]
+    batch = list(range(B))  # batch[i]: the prompt of batch row i
+    stats = BatchStats(rows=B)
+    while max_new_tokens and any(len(tokens[b]) < ends[b] for b in batch):
+        rows = [tokens[b] for b in batch]
         ts = [len(row) for row in rows]
+        done = [t == ends[b] for b, t in zip(batch, ts)]  # finished rows ride along, K_b = 0, results ignored
         # subtle: row b's round may emit K_b+1 tokens at t..t+K_b; it must stop at max_new_tokens and not cross a
         # change of the target's s(t) (one forward scores them all). Other rows go on with the batch's K.
-        limits = [min(ends[b] - 1 - t, window_end(t, tgt.W) - t) for b, t in zip(live, ts)]
-        K = auto.choose(max(limits)) if auto else min(k, max(limits))  # from earlier rounds only: still exact
-        Ks = [min(K, limit) for limit in limits]
+        limits = [max(0, min(ends[b] - 1 - t, window_end(t, tgt.W) - t)) for b, t in zip(batch, ts)]
+        limit = max(lim for lim, d in zip(limits, done) if not d)
+        K = auto.choose(limit) if auto else min(k, limit)  # from earlier rounds only: still exact
+        Ks = [0 if d else min(K, lim) for lim, d in zip(limits, done)]
         n_tgt, n_drf = len(tgt.times), len(drf.times)
-        kept, new = speculative_round_batch(tgt, drf, rows, ts, K, Ks, probs, generator, device, live, tokens)
+        kept, new = speculative_round_batch(tgt, drf, rows, ts, K, Ks, probs, generator, device, batch, tokens, done)
         stats.host_reads += 1
+        running = [i for i, d in enumerate(done) if not d]
         if auto:  # what this round measured: acceptance per row, (tokens fed, seconds) of its forwards
-            auto.observe(Ks, kept)
+            auto.observe([Ks[i] for i in running], [kept[i] for i in running])
             auto.observe_forwards(K, [(1, s) for s in drf.times[n_drf:]], [(K + 1, s) for s in tgt.times[n_tgt:]])
-        for i, b in enumerate(live):
-            stats.rounds.append((b, ts[i], Ks[i], kept[i]))
-            tokens[b] = rows[i] + new[i]
+        for i in running:
+            stats.rounds.append((batch[i], ts[i], Ks[i], kept[i]))
+            tokens[batch[i]] = rows[i] + new[i]
         stats.drafted += sum(Ks)
-        stats.accepted += sum(kept)
-        still = [i for i, b in enumerate(live) if len(tokens[b]) < ends[b]]
-        if len(still) < len(live):  # finished rows leave the batch: they cost nothing from now on
-            live = [live[i] for i in still]
-            if live:
-                tgt.keep(still)
-                drf.keep(still)
+        stats.accepted += sum(kept[i] for i in running)
+        still = [i for i, b in enumerate(batch) if len(tokens[b]) < ends[b]]
+        if still and len(still) <= len(batch) // 2:  # half the rows finished: they leave the batch (copying the
+            batch = [batch[i] for i in still]  # caches of the others costs a forward or so, so not at every finish)
+            tgt.keep(still)
+            drf.keep(still)
     stats.new_tokens, stats.total_time = B * max_new_tokens, time.perf_counter() - tic
     stats.target_times, stats.draft_times = tgt.times, drf.times
     stats.fill_times = tgt.fill_times + drf.fill_times
     return [torch.tensor(row, dtype=torch.long, device=device) for row in tokens], stats
 
 
-def speculative_round_batch(target, draft, rows, ts, K, Ks, probs, generator, device, names, everything):
+def speculative_round_batch(target, draft, rows, ts, K, Ks, probs, generator, device, names, everything, done):
     """One round of Algorithm 2 for every row at once. rows[b]: row b's tokens (not changed here); ts[b] = its
     length; row b uses K_b = Ks[b] <= K of the K drafts. -> (kept per row, new tokens per row).
-    Reads the host once, at the end. For errors: names[b] is row b's prompt index, everything every prompt's row."""
+    Reads the host once, at the end. For errors: names[b] is row b's prompt index, everything every prompt's row;
+    rows that are done[b] (finished, riding along) are not checked."""
     B = len(rows)
     limits = torch.tensor(Ks, device=device)  # (B,)
     # 1. the draft proposes K tokens per row, one forward per step for all rows: x_i ~ q_i
@@ -269,6 +273,8 @@ def speculative_round_batch(target, draft, rows, ts, K, Ks, probs, generator, de
     kept_rows, new = [], []
     for b, r in enumerate(read):
         n, y_b, x_b, bq, bp = r[0], r[1], r[2:2 + K], r[2 + K:2 + 2 * K], r[2 + 2 * K:]
+        if done[b]:  # its tokens are final: nothing of this round is kept or checked
+            n, bq, bp = 0, [0] * K, [0] * (K + 1)
         # the B = 1 round checks q_i before drawing x_i (i < K_b), and p_i where it uses it (i <= kept)
         first_q = next((i for i in range(Ks[b]) if bq[i]), None)
         first_p = next((i for i in range(n + 1) if bp[i]), None)
@@ -277,7 +283,7 @@ def speculative_round_batch(target, draft, rows, ts, K, Ks, probs, generator, de
         if first_p is not None:
             raise row_error(names[b], "target", ts[b] + first_p, p_logits[b, first_p], everything)
         kept_rows.append(n)
-        new.append(x_b[:n] + [y_b])
+        new.append([] if done[b] else x_b[:n] + [y_b])
         target.rollback(b, ts[b] + n)  # forget the rejected (and unused) drafts in both caches
         draft.rollback(b, ts[b] + n)
     return kept_rows, new
