@@ -332,7 +332,8 @@ def batch_bench(args, target, draft, tmeta):
                 spec = statistics.median(tps[K])
                 row = dict(setting=name, B=B, K=K, plain_tps=plain, plain_ceiling=B / step, spec_tps=spec,
                            speedup=spec / plain, alpha=alpha, c=c, v=v, k_median=K_pred, with_v=predicted(alpha, K_pred, c, v),
-                           plain_decode_tps=statistics.median(dec["plain"]), spec_decode_tps=statistics.median(dec[K]))
+                           plain_decode_tps=statistics.median(dec["plain"]), spec_decode_tps=statistics.median(dec[K]),
+                           tail=statistics.median(len(s.target_times) * B / len(s.rounds) for s in stats[K]))
                 if B == 1:
                     row.update(single_plain_tps=statistics.median(tps["single plain"]),
                                single_spec_tps=statistics.median(tps[f"single {K}"]))
@@ -341,15 +342,16 @@ def batch_bench(args, target, draft, tmeta):
           f"({draft.num_params() / 1e6:.2f}M); B held-out prompts of {min(map(len, prompts))}..{args.prompt_len} "
           f"tokens x {n} new tokens, median of {args.repeats}; eager (model.py); device {args.device}; {machine()}")
     print("decoding alone (prompt reads left out): plain / ceiling = plain decoding tok/s / (B / B-row one-token forward); "
-          "decoding speedup / Thm 3.8 = (spec decoding tok/s / plain decoding tok/s) / Theorem 3.8 with the measured v")
+          "decoding speedup / Thm 3.8 = (spec decoding tok/s / plain decoding tok/s) / Theorem 3.8 with the measured v; "
+          "rounds, batch / row = the batch's rounds / a row's rounds on average (the batch waits for its slowest row)")
     print("| setting | B | K | plain tok/s | spec tok/s | speedup | alpha | c | v | Thm 3.8 with v | plain / ceiling | "
-          "decoding speedup / Thm 3.8 |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+          "decoding speedup / Thm 3.8 | rounds, batch / row |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         print(f"| {r['setting']} | {r['B']} | {r['K']}{'' if r['K'] != 'auto' else ' (' + str(r['k_median']) + ')'} | "
               f"{r['plain_tps']:.0f} | {r['spec_tps']:.0f} | {r['speedup']:.2f}x | {r['alpha']:.3f} | {r['c']:.3f} | "
               f"{r['v']:.2f} | {r['with_v']:.2f}x | {r['plain_decode_tps'] / r['plain_ceiling']:.0%} | "
-              f"{r['spec_decode_tps'] / r['plain_decode_tps'] / r['with_v']:.0%} |")
+              f"{r['spec_decode_tps'] / r['plain_decode_tps'] / r['with_v']:.0%} | {r['tail']:.2f} |")
     for r in (r for r in rows if r["B"] == 1):
         print(f"{r['setting']}, B=1, K={r['K']}: batched / speculative_generate = {r['spec_tps']:.0f} / "
               f"{r['single_spec_tps']:.0f} tok/s = {r['spec_tps'] / r['single_spec_tps']:.0%}; batched plain / "
