@@ -12,8 +12,9 @@ set -u
 OUT=${OUT:-gpu_out}
 mkdir -p "$OUT"
 if ls .whl/*.whl >/dev/null 2>&1; then
-    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
-        && export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
+    site=$(mktemp -d)
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$site" .whl/*.whl \
+        && export PYTHONPATH=$site${PYTHONPATH:+:$PYTHONPATH}
 fi
 export PYTHONUNBUFFERED=1
 step() {  # step NAME SECONDS COMMAND...: run it with a time limit, output to $OUT/NAME.txt, and say how it ended
