@@ -306,6 +306,10 @@ def check_batch(target, draft, prompts, max_new_tokens, k, temperature, top_k, t
     if isinstance(prompts, torch.Tensor) or not isinstance(prompts, (list, tuple)) or not prompts:
         raise ValueError("prompts must be a non-empty list of prompts, each a 1-D LongTensor or a list of ints, "
                          "e.g. [torch.tensor([1, 2]), [3]]; for a (B, T) tensor pass list(idx)")
+    for name, model in [("target", target)] + ([("draft", draft)] if draft is not None else []):
+        if not hasattr(model, "reset_row_cache"):
+            raise ValueError(f"the {name} ({type(model).__name__}) has no per-row KV cache: batched.py runs model.GPT "
+                             "(and table or n-gram models); for fast.py's FastGPT pass the GPT it wraps (.model)")
     param = next(target.parameters(), None)
     device = param.device if param is not None else torch.device("cpu")
     tokens = []

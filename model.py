@@ -212,11 +212,8 @@ class GPT(nn.Module):
         """Allocate (or empty) the cache: block_size positions per layer, in the model's dtype and device."""
         w = self.lm_head.weight
         hs = self.config.n_embd // self.config.n_head
-        self.caches = [KVCache(batch_size, self.config.n_head, self.config.block_size, hs, w.device, w.dtype)
-                       for _ in self.transformer.h]  # a plain list: cheaper to reach than through the modules
-        self.row_lengths = None
-        for block, cache in zip(self.transformer.h, self.caches):
-            block.attn.cache = cache
+        self.use_caches([KVCache(batch_size, self.config.n_head, self.config.block_size, hs, w.device, w.dtype)
+                         for _ in self.transformer.h])
 
     def reset_row_cache(self, batch_size, room=0):
         """Allocate an empty per-row cache for batch_size rows (batched.py): block_size + room slots per row. The
@@ -224,10 +221,12 @@ class GPT(nn.Module):
         w = self.lm_head.weight
         hs = self.config.n_embd // self.config.n_head
         size = self.config.block_size + room
-        self.caches = [RowKVCache(batch_size, self.config.n_head, size, hs, w.device, w.dtype)
-                       for _ in self.transformer.h]
-        self.row_lengths = torch.zeros(batch_size, dtype=torch.long, device=w.device)
-        for block, cache in zip(self.transformer.h, self.caches):
+        self.use_caches([RowKVCache(batch_size, self.config.n_head, size, hs, w.device, w.dtype)
+                         for _ in self.transformer.h], torch.zeros(batch_size, dtype=torch.long, device=w.device))
+
+    def use_caches(self, caches, row_lengths=None):  # one cache per layer; row_lengths (B,) with RowKVCaches
+        self.caches, self.row_lengths = caches, row_lengths  # a plain list: cheaper to reach than through modules
+        for block, cache in zip(self.transformer.h, caches):
             block.attn.cache = cache
 
     def crop_rows(self, lengths):

@@ -14,6 +14,7 @@ import torch
 
 import batched
 from batched import autoregressive_generate_batch, kept_counts, sample_rows, speculative_generate_batch
+from fast import FastGPT
 from model import GPT
 from speculative import SamplingError, autoregressive_generate
 from tests.conftest import TableModel, check_row_cache_against_full_forwards, random_gpt
@@ -228,6 +229,8 @@ def test_bad_prompts_get_clear_errors(prompts, match):
 
 def test_mismatched_vocabularies_and_bad_k_get_clear_errors():
     target, draft = random_gpt(0), random_gpt(1, vocab_size=7, n_layer=1, n_embd=8, n_head=1)
+    with pytest.raises(ValueError, match="the target \\(FastGPT\\) has no per-row KV cache"):
+        autoregressive_generate_batch(FastGPT(target), [[1]], 5)
     with pytest.raises(ValueError, match="vocab sizes differ"):
         speculative_generate_batch(target, draft, [[1]], 5)
     with pytest.raises(ValueError, match="k \\(draft tokens per round\\) must be"):
