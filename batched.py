@@ -46,11 +46,7 @@ class BatchStats(Stats):
     round), fill_times the forwards that read prompts and slid windows."""
     rows: int = 0
     host_reads: int = 0  # times the host waited for the device's results (one per round or step)
-    fill_times: list = field(default_factory=list)
-
-    @property
-    def tokens_per_target_call(self):  # all rows' tokens per decoding forward of the target
-        return self.new_tokens / self.target_calls if self.target_calls else float("nan")
+    fill_times: list = field(default_factory=list)  # (so tokens_per_target_call counts decoding forwards only)
 
 
 # ---- the draws: one per row, all on the device --------------------------------------------------------------

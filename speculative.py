@@ -11,8 +11,9 @@ forward, and a modified rejection step keeps or replaces them. A round emits 1..
 exactly as sampling from the target alone (Leviathan et al., Appendix A.1; the tests enumerate every branch).
 
 Both samplers condition position t on the window x[s(t):t] (see context_start) and use KV caches (model.py).
-What it leaves out: batches (B > 1), other verifiers and tree-shaped drafts (variants.py, which registers them in
-ROUNDS). k="auto" (choosing K per round) lives in choose_k.py.
+What it leaves out: batches (B > 1: batched.py, the same round for B rows at once), other verifiers and
+tree-shaped drafts (variants.py, which registers them in ROUNDS). k="auto" (choosing K per round) lives in
+choose_k.py.
 """
 
 import time
