@@ -331,7 +331,8 @@ def batch_bench(args, target, draft, tmeta):
                 v = mean([t for s in stats[K] for t in s.target_times]) / step
                 spec = statistics.median(tps[K])
                 row = dict(setting=name, B=B, K=K, plain_tps=plain, plain_ceiling=B / step, spec_tps=spec,
-                           speedup=spec / plain, alpha=alpha, c=c, v=v, k_median=K_pred, with_v=predicted(alpha, K_pred, c, v),
+                           speedup=spec / plain, alpha=alpha, c=c, v=v, k_median=K_pred,
+                           with_v=predicted(alpha, K_pred, c, v),
                            plain_decode_tps=statistics.median(dec["plain"]), spec_decode_tps=statistics.median(dec[K]),
                            tail=statistics.median(len(s.target_times) * B / len(s.rounds) for s in stats[K]))
                 if B == 1:

@@ -14,7 +14,8 @@ instructions (AVX512-BF16, AMX) the target's (K+1)-token forward gets cheaper, i
 change slightly, so it is another target: compare it with plain sampling from the same FastGPT.
 
 What it leaves out: torch.compile of the step (tried by hand and dropped: slow to compile for every input shape,
-and no faster than this file on this CPU), batches (B > 1: batched.py runs model.GPT's per-row cache), and training (use model.GPT).
+and no faster than this file on this CPU), batches (B > 1: batched.py runs model.GPT's per-row cache), and
+training (use model.GPT).
 """
 
 import torch

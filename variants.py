@@ -340,7 +340,7 @@ class TokenListCache(nn.Module):
             out.append(torch.stack(logits).to(torch.float64))
         return torch.stack(out).to(idx.device)
 
-    def forward(self, idx, targets=None, use_cache=False, pos=None, mask=None, rows=None, span=None):  # (1, T) -> (logits (1, T, V), None)
+    def forward(self, idx, targets=None, use_cache=False, pos=None, mask=None, rows=None, span=None):  # -> (logits, None)
         if use_cache and self.row_lengths is not None:
             return self.row_forward(idx, rows), None
         seen, out = self.cache if use_cache else [], []  # the cache grows in place, token by token
