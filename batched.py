@@ -263,7 +263,7 @@ def speculative_round_batch(target, draft, rows, ts, K, Ks, probs, generator, de
         p_next = torch.where((kept < limits)[:, None], residual_rows(p_next, q_next), p_next)
     y = sample_rows(p_next, generator)  # (B,)
     # 4. the round's one host read: kept counts, the new token, the drafts, and whether anything was not a distribution
-    bad_q = not_distributions(torch.stack(qs, 1)) if K else torch.zeros(B, 0, dtype=torch.bool, device=device)
+    bad_q = not_distributions(q) if K else torch.zeros(B, 0, dtype=torch.bool, device=device)  # (B, K)
     bad_p = not_distributions(p)  # (B, K+1)
     read = torch.cat([kept[:, None], y[:, None], x, bad_q.long(), bad_p.long()], 1).tolist()
     kept_rows, new = [], []
