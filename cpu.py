@@ -1,0 +1,68 @@
+"""
+How many CPU threads torch should use: one per core that is idle now, not one per core.
+
+Why: our models are small, so one forward is a few hundred microseconds of work split over threads that meet
+at a barrier after every operation. If another process holds one of the cores, the thread that runs there gets
+a slice of it only when the scheduler says so, and every barrier waits for it. On a 2-core machine with one
+core busy, torch's default of 2 threads made sampling 5-30x slower and training 6x slower, where 1 thread
+lost less than half (BENCHMARKS.md, "threads on a busy CPU"). So sample.py, bench.py and train_draft.py
+count the idle cores over a short interval when they start (use_threads) unless --threads says otherwise.
+
+    use_threads(None, "cpu")   # -> 2 on an idle 2-core machine, 1 while another process busy-loops on a core
+
+What it leaves out: following the load while a run goes on (it is measured once, at the start: if you start
+something heavy beside a long run, pass --threads 1), and GPUs (their speed does not depend on CPU threads).
+"""
+
+import math
+import os
+import time
+
+import torch
+
+TORCH_DEFAULT = torch.get_num_threads()  # torch's own choice (the physical cores), before anyone changed it
+
+
+def busy_and_total():  # -> (busy, total) CPU time of all cores since boot, in clock ticks (Linux), or None
+    try:
+        with open("/proc/stat") as fh:
+            fields = [int(x) for x in fh.readline().split()[1:]]  # user nice system idle iowait irq softirq steal ...
+    except (OSError, ValueError):
+        return None
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle + iowait
+    total = sum(fields[:8])  # guest time is already counted in user
+    return total - idle, total
+
+
+def idle_cores(interval=0.1):
+    """-> how many cores were idle over the next `interval` seconds (a float, e.g. 1.02 of 2), or None where the
+    OS does not tell (then the caller keeps torch's default). Linux: /proc/stat; elsewhere the 1-minute load."""
+    cores = os.cpu_count() or 1
+    before = busy_and_total()
+    if before is None:
+        try:
+            return max(0.0, cores - os.getloadavg()[0])
+        except (OSError, AttributeError):
+            return None
+    time.sleep(interval)
+    busy, total = (b - a for a, b in zip(before, busy_and_total()))
+    return cores * (1.0 - busy / total) if total > 0 else None
+
+
+def choose_threads(idle, default):
+    """One thread per idle core, at least 1, at most torch's default. A core counts as idle if at least 70% of
+    it is: a half-busy core would still stall the barriers. 2.0 -> 2, 1.6 -> 1, 0.3 -> 1 (default 2)."""
+    if idle is None:
+        return default
+    return max(1, min(default, math.floor(idle + 0.3)))
+
+
+def use_threads(threads, device="cpu"):
+    """torch.set_num_threads(threads), or, with threads None on a CPU, one per idle core. -> the number used."""
+    if threads is not None:
+        if not isinstance(threads, int) or threads < 1:
+            raise ValueError(f"threads must be an int >= 1 (or None: one per idle core), got {threads!r}")
+        torch.set_num_threads(threads)
+    elif str(device).startswith("cpu"):
+        torch.set_num_threads(choose_threads(idle_cores(), TORCH_DEFAULT))
+    return torch.get_num_threads()
