@@ -139,12 +139,15 @@ class RowCachedModel:
 
 @torch.no_grad()
 def autoregressive_generate_batch(model, prompts, max_new_tokens, temperature=1.0, top_k=None, top_p=None,
-                                  generator=None):
+                                  generator=None, stream=None, stats=None):
     """prompts: B prompts (1-D LongTensors or lists of ints, lengths may differ) -> (B 1-D LongTensors, each its
-    prompt and max_new_tokens new tokens; BatchStats). One target forward per step for all rows."""
+    prompt and max_new_tokens new tokens; BatchStats). One target forward per step for all rows.
+    stream(b, ids), if given, receives row b's new ids as they are produced; stats, a BatchStats filled as it goes
+    (so a caller interrupted mid-call keeps every row's text and the statistics so far)."""
     tokens, device = check_batch(model, None, prompts, max_new_tokens, 1, temperature, top_k, top_p)
     B, tic = len(tokens), time.perf_counter()
-    stats = BatchStats(rows=B)
+    stats = BatchStats() if stats is None else stats
+    stats.rows = B
     target = RowCachedModel(model, B, 0, device)
     for _ in range(max_new_tokens):
         ts = [len(row) for row in tokens]
@@ -158,6 +161,8 @@ def autoregressive_generate_batch(model, prompts, max_new_tokens, temperature=1.
             if bad_b:
                 raise row_error(b, "target", ts[b], logits[b], tokens)
             tokens[b].append(x_b)
+            if stream:
+                stream(b, [x_b])
     stats.new_tokens, stats.target_times, stats.fill_times = B * max_new_tokens, target.times, target.fill_times
     stats.total_time = time.perf_counter() - tic
     return [torch.tensor(row, dtype=torch.long, device=device) for row in tokens], stats
@@ -167,10 +172,11 @@ def autoregressive_generate_batch(model, prompts, max_new_tokens, temperature=1.
 
 @torch.no_grad()
 def speculative_generate_batch(target, draft, prompts, max_new_tokens, k=4, temperature=1.0, top_k=None, top_p=None,
-                               generator=None):
+                               generator=None, stream=None, stats=None):
     """prompts: B prompts (1-D LongTensors or lists of ints, lengths may differ) -> (B 1-D LongTensors, each its
     prompt and max_new_tokens new tokens; BatchStats). Each row is distributed exactly as
-    autoregressive_generate(target) of that prompt alone. k: drafts per round (all rows), an int or "auto"."""
+    autoregressive_generate(target) of that prompt alone. k: drafts per round (all rows), an int or "auto".
+    stream and stats as in autoregressive_generate_batch: a row's new ids after each round; filled round by round."""
     tokens, device = check_batch(target, draft, prompts, max_new_tokens, k, temperature, top_k, top_p)
     B, tic = len(tokens), time.perf_counter()
     setting = ("tokenwise", (), temperature, top_k, top_p)  # as speculative_generate keys the acceptance
@@ -181,7 +187,8 @@ def speculative_generate_batch(target, draft, prompts, max_new_tokens, k=4, temp
     probs = lambda logits: sampling_probs(logits, temperature, top_k, top_p)
     ends = [len(row) + max_new_tokens for row in tokens]
     batch = list(range(B))  # batch[i]: the prompt of batch row i
-    stats = BatchStats(rows=B)
+    stats = BatchStats() if stats is None else stats
+    stats.rows = B
     while max_new_tokens and any(len(tokens[b]) < ends[b] for b in batch):
         rows = [tokens[b] for b in batch]
         ts = [len(row) for row in rows]
@@ -202,6 +209,8 @@ def speculative_generate_batch(target, draft, prompts, max_new_tokens, k=4, temp
         for i in running:
             stats.rounds.append((batch[i], ts[i], Ks[i], kept[i]))
             tokens[batch[i]] = rows[i] + new[i]
+            if stream:
+                stream(batch[i], new[i])
         stats.drafted += sum(Ks)
         stats.accepted += sum(kept[i] for i in running)
         still = [i for i, b in enumerate(batch) if len(tokens[b]) < ends[b]]

@@ -34,23 +34,28 @@ import data
 from fast import DECODERS, with_decoder
 from hf import GPT2_NAMES  # pretrained GPT-2 through transformers (optional; imported only when used)
 from model import SHIPPED
-from sample import HELP, add_verify_arguments, check_verify_arguments, load, parse_k, shown, verify_params
+from cpu import use_threads
+from sample import (HELP, add_plugin_argument, add_registry_arguments, add_threads_argument, check_draft_arguments,
+                    check_verify_arguments, given, import_plugins, load, make_draft, parse_k, shown, verifier_names,
+                    verify_params)
 from speculative import autoregressive_generate, round_for, speculative_generate
-from variants import VERIFIERS, NGramDraft
+from variants import DRAFTS
 
 SETTINGS = {"t0": dict(temperature=0.0), "t0.8p0.95": dict(temperature=0.8, top_p=0.95), "t1.0": dict(temperature=1.0)}
 
 
 def get_args(argv=None):
+    import_plugins(argv)  # first: a plugin's verifiers and drafts become --verify and --draft choices
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=HELP)
+    add_plugin_argument(ap)
     ap.add_argument("--target", default=None, help="target checkpoint; None means checkpoints/target.pt, the shipped one")
     ap.add_argument("--draft", default=None,
-                    help="comma-separated drafts, each a checkpoint, a GPT-2 name or 'ngram' (prompt lookup, no model); "
+                    help=f"comma-separated drafts, each a checkpoint, a GPT-2 name or a draft by name ({', '.join(sorted(DRAFTS))}); "
                          "None means checkpoints/draft.pt, or gpt2 with --init_from")
     ap.add_argument("--verify", default="tokenwise",
-                    help=f"comma-separated verifiers, from {sorted(VERIFIERS)}: each draft x verifier is a row")
-    ap.add_argument("--ngram_n", type=int, default=3, help="with --draft ngram: how many last tokens to match")
-    add_verify_arguments(ap)
+                    help=f"comma-separated verifiers, from speculative.ROUNDS ({verifier_names()}): each draft x "
+                         "verifier is a row")
+    add_registry_arguments(ap)
     ap.add_argument("--init_from", default=None, choices=GPT2_NAMES,
                     help="target = pretrained GPT-2 via transformers (cached or downloadable) instead of --target")
     ap.add_argument("--k", default="1,2,3,4,5,6,7,8,auto",
@@ -66,7 +71,7 @@ def get_args(argv=None):
     ap.add_argument("--repeats", type=int, default=5, help="median over this many repeats")
     ap.add_argument("--seed", type=int, default=0, help="seeds the sampling")
     ap.add_argument("--device", default="cpu", help="cpu, cuda, cuda:1, mps")
-    ap.add_argument("--threads", type=int, default=None, help="torch.set_num_threads; None: torch's choice")
+    add_threads_argument(ap)
     ap.add_argument("--json", default=None, help="also write the rows to this file; None: no file")
     ap.add_argument("--profile", action="store_true",
                     help="also show where the time goes: forward costs back to back, and cProfile at the first K")
@@ -92,18 +97,17 @@ def get_args(argv=None):
     if args.draft is None:
         args.draft = "gpt2" if args.init_from else SHIPPED["draft"]
     args.verify = args.verify.split(",")
-    if any(v not in VERIFIERS for v in args.verify):
-        ap.error(f"--verify: choose from {sorted(VERIFIERS)}")
-    if args.ngram_n < 1:
-        ap.error("--ngram_n must be >= 1 (how many last tokens the n-gram draft matches)")
     check_verify_arguments(ap, args, args.verify)
+    check_draft_arguments(ap, args, [d for d in args.draft.split(",") if d in DRAFTS])
+    if args.threads is not None and args.threads < 1:
+        ap.error("--threads must be >= 1 (or left out: one per idle core)")
     if args.init_from:
         args.target = args.init_from
     if args.batch is not None:
         if not all(b.isdigit() and int(b) >= 1 for b in args.batch.split(",")):
             ap.error(f"--batch takes comma-separated ints >= 1, e.g. 1,2,4,8, got {args.batch!r}")
         args.batch = [int(b) for b in args.batch.split(",")]
-        if args.verify != ["tokenwise"] or "ngram" in args.draft.split(",") or "," in args.draft:
+        if args.verify != ["tokenwise"] or args.draft in DRAFTS or "," in args.draft:
             ap.error("--batch times batched.py, which runs token-wise verification with one model draft")
     return args
 
@@ -171,8 +175,7 @@ def predicted(alpha, K, c, v=1.0):
 def main(argv=None):
     args = get_args(argv)
     torch.manual_seed(args.seed)
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    use_threads(args.threads, args.device)
     if args.device.startswith("cuda") and not torch.cuda.is_available():
         raise SystemExit("--device cuda, but torch sees no CUDA GPU here; use --device cpu")
     target, tmeta = load(args.target, args.device, "target")
@@ -180,13 +183,14 @@ def main(argv=None):
         return batch_bench(args, target, load(args.draft, args.device, "draft")[0], tmeta)
     variants = []  # (label, draft, verify keyword arguments): every --draft with every --verify
     for path in args.draft.split(","):
-        draft, dmeta = (NGramDraft(target.config.vocab_size, n=args.ngram_n), tmeta) if path == "ngram" else (
-            load(path, args.device, "draft"))
+        draft, dmeta = (make_draft(args, path, target), tmeta) if path in DRAFTS else load(path, args.device, "draft")
         if dmeta["tokenizer"] != tmeta["tokenizer"]:
             raise SystemExit("the draft and the target use different tokenizers")
+        name = path + "".join(str(v) for v in given(args, DRAFTS[path]).values()) if path in DRAFTS else (
+            os.path.basename(path).removesuffix(".pt"))  # e.g. ngram3, draft
         for verify in args.verify:
             params = verify_params(args, verify)  # verify=..., and e.g. lenience=0.5 from --lenience
-            label = f"{os.path.basename(path).removesuffix('.pt')}{'' if path != 'ngram' else args.ngram_n} {verify}"
+            label = f"{name} {verify}"
             label += "".join(f" {name}={value}" for name, value in params.items() if name != "verify")
             variants.append((label, draft, params))
     draft = variants[0][1]  # for the warm-up, --profile and --hf
@@ -205,7 +209,7 @@ def main(argv=None):
         sampling = SETTINGS[name]
         cols = [(dec, None, 0) for dec in args.decoder] + [  # (decoder, variant, K); K = 0: plain sampling
             (dec, v, K) for dec in args.decoder for v in range(len(variants)) for K in args.k
-            if takes(variants[v][2], K)]  # multidraft refuses auto (variants.multidraft_entry)
+            if takes(variants[v][2], K)]  # multidraft refuses auto (its entry's auto_k=False)
         tps, rounds, fwd = {col: [] for col in cols}, {col: [] for col in cols}, {col: [] for col in cols}
         calls = {col: 0 for col in cols}
         draft_step = {}  # (decoder, variant) -> seconds of its draft steps

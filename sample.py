@@ -8,12 +8,14 @@ Sample text with speculative sampling from a target/draft pair (default: the shi
     python sample.py --verify block                    # another verifier (variants.py; lenient, typical: LOSSY)
     python sample.py --start FILE:prompt.txt --top_p 0.95
     python sample.py --batch 8                         # 8 samples generated together (batched.py)
+    python sample.py --plugin my_verifier.py --verify mine   # a verifier or draft of your own (README: fork)
     python sample.py --init_from gpt2-xl --draft gpt2 --device cuda --start "Hello"   # pretrained GPT-2 pair
 
 The tokenizer comes from the checkpoint (never guessed); the draft must have been trained with the same one.
 """
 
 import argparse
+import importlib.util
 import os
 import sys
 import time
@@ -24,9 +26,11 @@ from data import Tokenizer
 from model import SHIPPED, load_checkpoint
 from hf import GPT2_NAMES  # pretrained GPT-2 through transformers (optional; imported only when used)
 from choose_k import AutoK
+from cpu import use_threads
 from fast import DECODERS, with_decoder
-from speculative import SamplingError, Stats, autoregressive_generate, round_for, speculative_generate
-from variants import VERIFIERS, NGramDraft, round_function
+import speculative
+from speculative import ROUNDS, SamplingError, Stats, autoregressive_generate, round_for, speculative_generate
+from variants import DRAFTS
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 HELP = argparse.ArgumentDefaultsHelpFormatter  # --help shows every default
@@ -41,12 +45,13 @@ def shown(path):
 
 
 def get_args(argv=None):
+    import_plugins(argv)  # first: a plugin's verifiers and drafts become --verify and --draft choices
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=HELP)
+    add_plugin_argument(ap)
     ap.add_argument("--target", default=None, help="target checkpoint; None means checkpoints/target.pt, the shipped one")
     ap.add_argument("--draft", default=None,
-                    help="draft checkpoint, a GPT-2 name (gpt2, ...), 'ngram' (prompt lookup, no model; lossless), "
-                         "or 'none' for plain sampling; None means checkpoints/draft.pt, or gpt2 with --init_from")
-    ap.add_argument("--ngram_n", type=int, default=3, help="with --draft ngram: how many last tokens to match")
+                    help=f"draft checkpoint, a GPT-2 name (gpt2, ...), a draft by name ({draft_names()}), or 'none' "
+                         "for plain sampling; None means checkpoints/draft.pt, or gpt2 with --init_from")
     ap.add_argument("--init_from", default=None, choices=GPT2_NAMES,
                     help="target = pretrained GPT-2 via transformers (cached or downloadable) instead of --target")
     ap.add_argument("--start", default="\n", help="the prompt: text, or FILE:path to read it from a file (default: %(default)r)")
@@ -62,57 +67,134 @@ def get_args(argv=None):
     ap.add_argument("--decoder", choices=DECODERS, default="fast",
                     help="how both samplers run the models: fast (fast.py, same logits, less Python per step), eager "
                          "(model.py), or fast-bf16 (a bfloat16 target: cheaper wide forwards on CPUs with bf16 units)")
-    ap.add_argument("--verify", default="tokenwise", choices=sorted(VERIFIERS),
-                    help="how the drafts are verified (variants.py); lenient and typical are LOSSY")
-    add_verify_arguments(ap)
+    ap.add_argument("--verify", default="tokenwise",
+                    help=f"how the drafts are verified, a name in speculative.ROUNDS: {verifier_names()}")
+    add_registry_arguments(ap)
     ap.add_argument("--batch", type=int, default=None,
                     help="generate --batch samples together, as one batch (batched.py; model.py's per-row cache, so "
                          "--decoder is not used; token-wise verification only)")
     ap.add_argument("--seed", type=int, default=1337, help="seeds the sampling (reproducible with an int --k)")
     ap.add_argument("--device", default="cpu", help="cpu, cuda, cuda:1, mps")
+    add_threads_argument(ap)
     args = ap.parse_args(argv)
-    check_verify_arguments(ap, args, [args.verify])
-    try:  # the verifier's parameters are fine: what is left to refuse is --k (e.g. multidraft takes an int only)
-        round_for(**verify_params(args, args.verify), k=args.k)
-    except ValueError as e:
-        ap.error(f"--verify {args.verify} needs an int --k, e.g. --k 4: {e}")
-    if args.batch is not None and (args.batch < 1 or args.verify != "tokenwise"):
-        ap.error("--batch takes an int >= 1 and token-wise verification (batched.py runs no other verifier)")
+    check_verify_arguments(ap, args, [args.verify], k=args.k)
+    if args.batch is not None and args.batch < 1:
+        ap.error(f"--batch takes an int >= 1 (samples generated together), got {args.batch}")
+    if args.batch is not None and args.verify != "tokenwise":
+        ap.error(f"--batch runs token-wise verification only (batched.py has no other verifier): drop --verify "
+                 f"{args.verify}, or drop --batch")
     if args.num_samples < 1 or args.max_new_tokens < 0:
         ap.error("--num_samples must be >= 1 and --max_new_tokens >= 0")
-    if args.temperature < 0:
-        ap.error("--temperature must be >= 0 (0 is greedy)")
+    if args.threads is not None and args.threads < 1:
+        ap.error("--threads must be >= 1 (or left out: one per idle core)")
+    if not 0 <= args.temperature < float("inf"):  # NaN fails this too
+        ap.error(f"--temperature must be a number >= 0 (0 is greedy) and finite, got {args.temperature}")
     if args.top_k is not None and args.top_k < 1:
         ap.error("--top_k must be >= 1")
-    if args.top_p is not None and not 0 < args.top_p <= 1:
+    if args.top_p is not None and not 0 < args.top_p <= 1:  # NaN fails this too
         ap.error("--top_p must be in (0, 1]")
-    if args.ngram_n < 1:
-        ap.error("--ngram_n must be >= 1 (how many last tokens the n-gram draft matches)")
+    if args.draft in DRAFTS:
+        check_draft_arguments(ap, args, [args.draft])
     args.target = args.target or SHIPPED["target"]
     if args.draft is None:
         args.draft = "gpt2" if args.init_from else SHIPPED["draft"]
     return args
 
 
-def add_verify_arguments(ap):
-    """The verifiers' parameters (variants.VERIFIERS), for sample.py and bench.py."""
-    ap.add_argument("--n_drafts", type=int, default=2, help="with --verify multidraft: candidates at the root")
-    ap.add_argument("--replacement", action="store_true", help="with --verify multidraft: i.i.d. candidates")
-    ap.add_argument("--lenience", type=float, default=0.5, help="with --verify lenient (LOSSY): l in (0, 1], 1 exact")
-    ap.add_argument("--epsilon", type=float, default=0.09, help="with --verify typical (LOSSY): hard threshold")
-    ap.add_argument("--delta", type=float, default=0.3, help="with --verify typical (LOSSY): entropy-scaled threshold")
+# ---- the registries as flags: every verifier in speculative.ROUNDS, every named draft in variants.DRAFTS ----------
+
+def import_plugins(argv):
+    """--plugin FILE.py (or a module name), read before the other flags: a fork's own file, which registers its
+    verifiers in speculative.ROUNDS and its drafts in variants.DRAFTS when imported, so that --verify and --draft
+    offer them (README: Fork and modify). Used by sample.py and bench.py."""
+    pre = argparse.ArgumentParser(add_help=False)
+    add_plugin_argument(pre)
+    for plugin in pre.parse_known_args(argv)[0].plugin:
+        if plugin.endswith(".py"):
+            if not os.path.isfile(plugin):
+                raise SystemExit(f"--plugin {plugin}: no such file (give the path of your .py file, or a module name)")
+            name = os.path.basename(plugin)[:-3]
+            spec = importlib.util.spec_from_file_location(name, plugin)
+            sys.modules[name] = module = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(module)  # an error in your plugin shows its own traceback
+        else:
+            try:
+                importlib.import_module(plugin)
+            except ModuleNotFoundError as e:
+                raise SystemExit(f"--plugin {plugin}: {e} (give a module on sys.path, or the path of a .py file)") from e
+
+
+def add_plugin_argument(ap):
+    ap.add_argument("--plugin", action="append", default=[], metavar="FILE.py",
+                    help="import this file (or module) first; it may register verifiers (speculative.ROUNDS) and "
+                         "drafts (variants.DRAFTS). Repeatable")
+
+
+def verifier_names():  # -> "block, lenient (LOSSY), ..." for --help
+    return ", ".join(name + ("" if v.lossless else " (LOSSY)") for name, v in sorted(ROUNDS.items()))
+
+
+def draft_names():
+    return ", ".join(sorted(DRAFTS))
+
+
+def add_registry_arguments(ap):
+    """A flag for every parameter of every registered verifier and named draft (--lenience, --ngram_n, ...). Its
+    default, None, means the entry's own default, which --help shows."""
+    flags = {}  # parameter -> (default, help) of the first entry that has it
+    for kind, entries in (("verify", ROUNDS), ("draft", DRAFTS)):
+        for name, entry in sorted(entries.items()):
+            for param, default in entry.params.items():
+                flags.setdefault(param, (default, entry.help.get(param, f"with --{kind} {name}")))
+    for param, (default, text) in flags.items():
+        kind = dict(action=argparse.BooleanOptionalAction) if isinstance(default, bool) else dict(type=type(default))
+        try:
+            ap.add_argument(f"--{param}", default=None, help=f"{text} (default: {default})", **kind)
+        except argparse.ArgumentError as e:  # e.g. a parameter named seed
+            raise SystemExit(f"a registered verifier or draft has a parameter {param!r}, which clashes with the "
+                             f"script's own --{param}: rename the parameter") from e
+
+
+def given(args, entry):  # -> the entry's parameters: its defaults, overridden by the flags given
+    return {**entry.params, **{p: getattr(args, p) for p in entry.params if getattr(args, p, None) is not None}}
 
 
 def verify_params(args, verify):  # -> the keyword arguments of speculative_generate for this verifier
-    return dict(verify=verify, **{name: getattr(args, name) for name in VERIFIERS[verify][1]})
+    return dict(verify=verify, **given(args, ROUNDS[verify]))
 
 
-def check_verify_arguments(ap, args, verifiers):
+def check_verify_arguments(ap, args, verifiers, k=4):
     for verify in verifiers:
+        if verify not in ROUNDS:
+            ap.error(f"--verify {verify}: choose from {verifier_names()} (a verifier of your own: --plugin FILE.py, "
+                     "see the README's Fork and modify)")
         try:
-            round_function(**verify_params(args, verify))
-        except ValueError as e:
-            ap.error(str(e))
+            round_for(**verify_params(args, verify), k=4)
+        except ValueError as e:  # its parameters
+            ap.error(f"--verify {verify}: {e}")
+        if not ROUNDS[verify].auto_k and not isinstance(k, int):
+            ap.error(f"--verify {verify} needs an int --k, e.g. --k 4: k=auto chooses K for token-wise rounds "
+                     "(Theorem 3.8), which its rounds are not")
+
+
+def check_draft_arguments(ap, args, names):
+    for name in names:
+        entry = DRAFTS[name]
+        if entry.check:
+            try:
+                entry.check(**given(args, entry))
+            except ValueError as e:
+                ap.error(f"--draft {name}: {e}")
+
+
+def make_draft(args, name, target):  # -> variants.DRAFTS[name] built for this target, with the flags' parameters
+    return DRAFTS[name].make(target, **given(args, DRAFTS[name]))
+
+
+def add_threads_argument(ap):
+    ap.add_argument("--threads", type=int, default=None,
+                    help="CPU threads for torch; None: the cores idle now (cpu.py), so a busy core cannot stall "
+                         "every step")
 
 
 def parse_k(text):
@@ -150,13 +232,14 @@ def load(path, device, role):
 
 def main(argv=None):
     args = get_args(argv)
+    use_threads(args.threads, args.device)
     if args.device.startswith("cuda") and not torch.cuda.is_available():
         raise SystemExit("--device cuda, but torch sees no CUDA GPU here; use --device cpu")
     target, tmeta = load(args.init_from or args.target, args.device, "target")
     tok = Tokenizer(tmeta["tokenizer"])
     draft = None
-    if args.draft == "ngram":  # prompt lookup: no model, the target's vocabulary and tokenizer
-        draft = NGramDraft(target.config.vocab_size, n=args.ngram_n)
+    if args.draft in DRAFTS:  # a draft by name (ngram: prompt lookup, no model), on the target's tokenizer
+        draft = make_draft(args, args.draft, target)
     elif args.draft != "none":
         draft, dmeta = load(args.draft, args.device, "draft")
         if dmeta["tokenizer"] != tmeta["tokenizer"]:
@@ -225,35 +308,50 @@ def summary(args, draft, totals, ks, decoder=None):  # the statistics line; its 
     if draft is not None and args.k == "auto" and ks:
         mode += f" (K per round: median {sorted(ks)[len(ks) // 2]}, {min(ks)}..{max(ks)})"
     if draft is not None and args.verify != "tokenwise":
-        mode += f", verify {args.verify}" + ("" if VERIFIERS[args.verify][3] else " (LOSSY: not the target's distribution)")
+        mode += f", verify {args.verify}" + ("" if ROUNDS[args.verify].lossless else " (LOSSY: not the target's distribution)")
     line = (f"{mode}: {totals['tokens']} tokens in {totals['seconds']:.2f} s = "
             f"{totals['tokens'] / max(totals['seconds'], 1e-9):.0f} tokens/s; "
             f"{totals['tokens'] / max(totals['target_calls'], 1):.2f} tokens per target call")
     if draft is not None and totals["drafted"]:
         line += f"; drafts kept {totals['accepted'] / totals['drafted']:.3f}"
-    print(line + f" ({args.device}, {decoder or args.decoder}, temperature {args.temperature}, top_k {args.top_k}, "
+    print(line + f" ({args.device}, {decoder or args.decoder} decoder, temperature {args.temperature}, top_k {args.top_k}, "
                  f"top_p {args.top_p})")
 
 
 def sample_batch(args, target, draft, tok, prompt):
-    """--batch N: N samples of the same prompt generated together (batched.py), printed when all are done."""
-    from batched import autoregressive_generate_batch, speculative_generate_batch
+    """--batch N: N samples of the same prompt generated together (batched.py), printed when all are done (or at
+    Ctrl-C, each row's text so far, then the statistics so far)."""
+    from batched import BatchStats, autoregressive_generate_batch, speculative_generate_batch
     gen = torch.Generator(device=args.device).manual_seed(args.seed)
     sampling = dict(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, generator=gen)
-    prompts = [prompt] * args.batch
+    prompts, stats, tic = [prompt] * args.batch, BatchStats(), time.perf_counter()
+    new = [[] for _ in prompts]  # each row's new tokens so far
+    stream = lambda b, ids: new[b].extend(ids)
     try:
         if draft is None:
-            outs, stats = autoregressive_generate_batch(target, prompts, args.max_new_tokens, **sampling)
+            autoregressive_generate_batch(target, prompts, args.max_new_tokens, stream=stream, stats=stats, **sampling)
         else:
-            outs, stats = speculative_generate_batch(target, draft, prompts, args.max_new_tokens, k=args.k, **sampling)
+            speculative_generate_batch(target, draft, prompts, args.max_new_tokens, k=args.k, stream=stream,
+                                       stats=stats, **sampling)
     except SamplingError as e:
         for i, row in enumerate(e.tokens):
             print(f"---------- sample {i + 1}/{args.batch}\n{tok.decode(row)}")
         raise SystemExit(f"\nstopped: {e}") from e
-    for i, out in enumerate(outs):
-        print(f"---------- sample {i + 1}/{args.batch}\n{tok.decode(out.tolist())}")
-    totals = dict(tokens=stats.new_tokens, seconds=stats.total_time, target_calls=stats.target_calls,
-                  drafted=stats.drafted, accepted=stats.accepted)
+    except KeyboardInterrupt:  # Ctrl-C: every row's text so far, then the statistics so far
+        for i, row in enumerate(new):
+            print(f"---------- sample {i + 1}/{args.batch}\n{tok.decode(prompt + row)}")
+        stats.new_tokens, stats.total_time = sum(map(len, new)), time.perf_counter() - tic
+        print(f"\n(interrupted: Ctrl-C after {stats.new_tokens} new tokens in all; the statistics so far)")
+        batch_summary(args, draft, stats, calls=stats.host_reads)  # a host read per round or step
+        raise SystemExit(130)
+    for i, row in enumerate(new):
+        print(f"---------- sample {i + 1}/{args.batch}\n{tok.decode(prompt + row)}")
+    batch_summary(args, draft, stats, calls=stats.target_calls)
+
+
+def batch_summary(args, draft, stats, calls):
+    totals = dict(tokens=stats.new_tokens, seconds=stats.total_time, target_calls=calls, drafted=stats.drafted,
+                  accepted=stats.accepted)
     summary(args, draft, totals, [K for *_, K, _ in stats.rounds], decoder="eager (model.py)")
 
 

@@ -260,15 +260,43 @@ def speculative_round(target, draft, tokens, k, probs, generator):
 
 # ---- choosing the round: speculative_generate(..., verify=name) ----------------------------------------------
 
-def tokenwise(k, **params):  # ROUNDS' entry for speculative_round
-    if params:
-        raise ValueError(f"verify='tokenwise' takes no parameter {', '.join(sorted(params))} (its parameters: none)")
-    return speculative_round  # subtle: looked up at each call, so a test's or notebook's patched round is run
+@dataclass(frozen=True)
+class Verifier:
+    """One entry of ROUNDS: what speculative_generate(..., verify=name, **params) runs, and what sample.py and
+    bench.py need to offer it (a flag per parameter, a LOSSY label). A fork's verifier is one such entry:
+
+        speculative.ROUNDS["mine"] = Verifier(my_round, params={"tau": 0.5}, lossless=False)
+
+    round(target, draft, tokens, k, probs, generator, **params) -> drafts kept, appending 1..k+1 tokens."""
+    round: callable
+    params: dict = field(default_factory=dict)  # parameter name -> default (each becomes a flag: --tau)
+    lossless: bool = True  # False: the output is NOT the target's distribution, and the scripts say so
+    check: callable = None  # check(**params) raises ValueError with a message for bad values
+    auto_k: bool = True  # False: refuse k="auto" (AutoK models token-wise rounds, Theorem 3.8)
+    doc: str = ""  # one line for --help
+    help: dict = field(default_factory=dict)  # parameter name -> one line for its flag's --help
+
+    def bind(self, k, **params):  # -> round(target, draft, tokens, k, probs, generator), or ValueError
+        unknown = set(params) - set(self.params)
+        if unknown:
+            raise ValueError(f"this verifier takes no parameter {', '.join(sorted(unknown))} "
+                             f"(its parameters: {', '.join(sorted(self.params)) or 'none'})")
+        if not self.auto_k and not isinstance(k, int):  # "auto" or an AutoK object
+            raise ValueError("k='auto' chooses K for token-wise rounds (Theorem 3.8, timing (K+1)-token forwards), "
+                             "which this verifier's rounds are not: pass an int k, e.g. k=4")
+        bound = {**self.params, **params}
+        if self.check:
+            self.check(**bound)
+        if not bound:
+            return self.round
+        return lambda target, draft, tokens, k, probs, generator: self.round(
+            target, draft, tokens, k, probs, generator, **bound)
 
 
-# name -> entry(k, **params) -> a round function with speculative_round's signature (ValueError for bad input).
-# variants.py adds its verifiers here when imported; this file imports nothing from it.
-ROUNDS = {"tokenwise": tokenwise}
+# name -> Verifier. variants.py adds its verifiers here when imported; this file imports nothing from it.
+# subtle: the lambda looks speculative_round up at each call, so a test's or notebook's patched round is run
+ROUNDS = {"tokenwise": Verifier(lambda *args: speculative_round(*args),
+                                doc="Chen et al.'s Algorithm 2, token by token (speculative_round)")}
 
 
 def round_for(verify, k, **params):
@@ -276,7 +304,10 @@ def round_for(verify, k, **params):
     if verify not in ROUNDS:
         raise ValueError(f"unknown verify={verify!r}: choose from {sorted(ROUNDS)} (variants.py adds its "
                          "verifiers when imported: `import variants` first)")
-    return ROUNDS[verify](k, **params)
+    try:
+        return ROUNDS[verify].bind(k, **params)
+    except ValueError as e:
+        raise ValueError(f"verify={verify!r}: {e}") from e
 
 
 @torch.no_grad()

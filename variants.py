@@ -9,8 +9,9 @@ speculative.py stays the readable core (Algorithm 2, token-wise verification). T
     speculative_generate(target, draft, idx, n, verify="lenient", lenience=0.5)     # LOSSY, labelled
     speculative_generate(target, draft, idx, n, verify="typical", epsilon=0.09, delta=0.3)  # LOSSY, labelled
 
-variants.VERIFIERS says which verifiers are lossless; for the lossy ones the tests and notebook 04 compute the
-exact total-variation distance of their output from the target's, so the price of the speed is on the page.
+Each registers itself in speculative.ROUNDS, whose entry says whether it is lossless; for the lossy ones the
+tests and notebook 04 compute the exact total-variation distance of their output from the target's, so the
+price of the speed is on the page.
 
 Sources: block verification, Sun et al. 2024, "Block Verification Accelerates Speculative Decoding"
 (arXiv:2403.10444), Algorithm 2; prompt lookup / n-gram drafting (Saxena 2023, "Prompt Lookup Decoding";
@@ -27,14 +28,14 @@ model.GPT's pos and mask), and the draft drafts the n branches side by side, one
 What it leaves out: deeper trees (branching after the root), batches, and learned draft heads (Medusa's, EAGLE's).
 """
 
-import functools
+from dataclasses import dataclass, field
 
 import torch
 import torch.nn as nn
 
 import speculative
 from model import GPTConfig, compact_moves
-from speculative import accept_probability, residual, window_end
+from speculative import Verifier, accept_probability, residual, window_end
 
 
 def check_rows(p, logits, model, t, tokens, generated):  # (n, V) probabilities of positions t.. -> (n, V)
@@ -166,7 +167,7 @@ def multidraft_round(target, draft, tokens, k, probs, generator, n_drafts, repla
     min(1, r_j(c_j) / q_j(c_j)); else r_{j+1} = norm(max(0, r_j - q_j)) and try the next; if every candidate
     fails, draw from r_{n+1}. Each step is one speculative step from q_j towards r_j, so the root token ~ p_0.
     Then plain speculative verification continues along the accepted candidate's chain.
-    k="auto" is refused (multidraft_entry): AutoK models token-wise rounds (Theorem 3.8) and times (K+1)-token
+    k="auto" is refused (its entry's auto_k=False): AutoK models token-wise rounds (Theorem 3.8) and times (K+1)-token
     target forwards, which a tree is not.
     """
     if k == 0:  # the last token of a call, or at a window change: nothing to draft
@@ -396,49 +397,49 @@ class NGramDraft(TokenListCache):
         return torch.log(q).clamp(min=-1e30)
 
 
-# ---- choosing a round function: speculative_generate(..., verify=name, **params) --------------------------
+# ---- the registry: speculative_generate(..., verify=name, **params) ----------------------------------------
 
-VERIFIERS = {  # name: (round function, its parameters with their defaults, their check, lossless?)
-    # subtle: tokenwise looks speculative_round up at each call, so a test's or notebook's patched round is run
-    "tokenwise": (lambda *args: speculative.speculative_round(*args), {}, None, True),
-    "block": (block_round, {}, None, True),
-    "lenient": (lenient_round, dict(lenience=0.5), check_lenient, False),
-    "typical": (typical_round, dict(epsilon=0.09, delta=0.3), check_typical, False),
-    "multidraft": (multidraft_round, dict(n_drafts=2, replacement=False), check_multidraft, True),
+# speculative_generate finds these in speculative.ROUNDS, the one registry (speculative.py never imports us);
+# sample.py and bench.py make --verify choices and flags from the same entries.
+speculative.ROUNDS.update(
+    block=Verifier(block_round, doc="block verification (Sun et al. 2024): lossless, >= token-wise tokens per round"),
+    lenient=Verifier(lenient_round, dict(lenience=0.5), lossless=False, check=check_lenient,
+                     doc="LOSSY: p against l q (Leviathan et al., App. A.5)",
+                     help=dict(lenience="with --verify lenient (LOSSY): l in (0, 1], 1 exact")),
+    typical=Verifier(typical_round, dict(epsilon=0.09, delta=0.3), lossless=False, check=check_typical,
+                     doc="LOSSY: typical acceptance (Medusa, Cai et al. 2024)",
+                     help=dict(epsilon="with --verify typical (LOSSY): hard threshold",
+                               delta="with --verify typical (LOSSY): entropy-scaled threshold")),
+    multidraft=Verifier(multidraft_round, dict(n_drafts=2, replacement=False), check=check_multidraft, auto_k=False,
+                        doc="several drafts at the root, one tree forward (SpecInfer; Jeon et al. 2024): lossless",
+                        help=dict(n_drafts="with --verify multidraft: candidates at the root",
+                                  replacement="with --verify multidraft: i.i.d. candidates (default: distinct)")),
+)
+
+
+def check_ngram(ngram_n):
+    if not isinstance(ngram_n, int) or ngram_n < 1:
+        raise ValueError(f"ngram_n (how many last tokens the n-gram draft matches) must be an int >= 1, got {ngram_n!r}")
+
+
+@dataclass(frozen=True)
+class Drafter:
+    """One entry of DRAFTS: a draft that sample.py and bench.py make by name (--draft ngram). Any object with
+    model.GPT's cache interface is a draft (NGramDraft's: reset_cache, crop, cache_len, forward(idx, use_cache),
+    config.vocab_size and config.block_size); an entry says how to build one for a target:
+    make(target, **params) -> the draft. A fork's draft: DRAFTS["mine"] = Drafter(lambda target: MyDraft(...))."""
+    make: callable
+    params: dict = field(default_factory=dict)  # parameter name -> default (each becomes a flag: --ngram_n)
+    check: callable = None  # check(**params) raises ValueError with a message for bad values
+    doc: str = ""
+    help: dict = field(default_factory=dict)  # parameter name -> one line for its flag's --help
+
+
+DRAFTS = {  # name -> Drafter; drafts from a checkpoint file need no entry (sample.py --draft PATH)
+    "ngram": Drafter(lambda target, ngram_n: NGramDraft(target.config.vocab_size, n=ngram_n), dict(ngram_n=3),
+                     check=lambda ngram_n: check_ngram(ngram_n), doc="prompt lookup, no model: lossless",
+                     help=dict(ngram_n="with --draft ngram: how many last tokens to match")),
 }
-
-
-def round_function(verify, **params):
-    """-> a round function with speculative_round's signature, its parameters bound. Clear errors for bad input."""
-    if verify not in VERIFIERS:
-        raise ValueError(f"unknown verify={verify!r}: choose from {sorted(VERIFIERS)}")
-    fn, defaults, check, _ = VERIFIERS[verify]
-    unknown = set(params) - set(defaults)
-    if unknown:
-        allowed = ", ".join(sorted(defaults)) or "none"
-        raise ValueError(f"verify={verify!r} takes no parameter {', '.join(sorted(unknown))} "
-                         f"(its parameters: {allowed})")
-    if not defaults:
-        return fn
-    bound = {**defaults, **params}
-    check(**bound)
-    return lambda target, draft, tokens, k, probs, generator: fn(target, draft, tokens, k, probs, generator, **bound)
-
-
-def any_k_entry(verify, k, **params):  # speculative.ROUNDS' entry for a verifier that takes any k, "auto" too
-    return round_function(verify, **params)
-
-
-def multidraft_entry(k, **params):  # speculative.ROUNDS' entry for multidraft: an int k only
-    if not isinstance(k, int):  # "auto" or an AutoK object
-        raise ValueError("k='auto' chooses K for token-wise rounds (Theorem 3.8, timing (K+1)-token forwards); "
-                         "multidraft's tree forwards do not fit that model: pass an int k, e.g. k=4")
-    return round_function("multidraft", **params)
-
-
-# speculative_generate(..., verify=name) finds this file's verifiers in speculative.ROUNDS (it never imports us)
-speculative.ROUNDS.update({name: functools.partial(any_k_entry, name) for name in VERIFIERS if name != "tokenwise"},
-                          multidraft=multidraft_entry)
 
 
 def total_variation(got, want):  # {outcome: probability} x2 -> 1/2 sum |got - want|

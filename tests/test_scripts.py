@@ -192,7 +192,8 @@ def test_bench_prints_a_row_per_setting_and_k(pair, capsys, tmp_path):
 def test_an_ngram_length_below_one_is_refused_clearly(script, capsys):
     with pytest.raises(SystemExit):
         importlib.import_module(script).get_args(["--draft", "ngram", "--ngram_n", "0"])
-    assert "--ngram_n must be >= 1" in capsys.readouterr().err
+    assert "--draft ngram: ngram_n (how many last tokens the n-gram draft matches) must be an int >= 1" in (
+        capsys.readouterr().err)
 
 
 def test_bench_puts_every_draft_and_verifier_in_one_table(pair, capsys):

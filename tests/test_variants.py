@@ -235,7 +235,7 @@ def test_typical_threshold_is_min_of_epsilon_and_delta_times_exp_minus_entropy()
     (dict(verify="lenient", lenience=1.5), r"lenience must be in \(0, 1\]"),
     (dict(verify="typical", epsilon=0.0), "typical acceptance needs 0 < epsilon <= 1"),
     (dict(verify="multidraft", n_drafts=0), "n_drafts .* must be an int >= 1"),
-    (dict(verify="multidraft", k="auto"), "multidraft's tree forwards"),
+    (dict(verify="multidraft", k="auto"), "verify='multidraft': k='auto' chooses K for token-wise rounds"),
     (dict(draft=lambda: NGramDraft(3, n=0)), "n-gram length n must be an int >= 1"),
     (dict(draft=lambda: NGramDraft(3, n=2, smoothing=1.0)), "smoothing must be in"),
 ])

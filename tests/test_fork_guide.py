@@ -1,0 +1,89 @@
+"""docs/fork.md, followed literally: its Python blocks become the files their first line names, every command it
+shows runs, and its test file passes. Run in a temporary folder that links to the repository's files, so a fork's
+new files never land in the repository itself."""
+
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+GUIDE = os.path.join(ROOT, "docs", "fork.md")
+
+
+def blocks(text):  # -> [(language, body)] of the fenced code blocks
+    return re.findall(r"```(\w*)\n(.*?)```", text, flags=re.S)
+
+
+def guide_files_and_commands():
+    files, commands = {}, []
+    for lang, body in blocks(open(GUIDE, encoding="utf-8").read()):
+        if lang == "python":
+            name = re.match(r"# (\S+\.py)\n", body)
+            assert name, f"a python block of docs/fork.md must start with '# FILE.py':\n{body[:80]}"
+            files[name.group(1)] = body
+        else:
+            commands += [line for line in body.splitlines() if line.startswith("python ")]
+    return files, commands
+
+
+@pytest.fixture(scope="module")
+def fork(tmp_path_factory):
+    """A folder that looks like the repository (a link to each of its files) plus the guide's files."""
+    folder = tmp_path_factory.mktemp("fork")
+    for entry in os.listdir(ROOT):
+        if not entry.startswith("."):
+            os.symlink(os.path.join(ROOT, entry), folder / entry)
+    files, commands = guide_files_and_commands()
+    for name, body in files.items():
+        (folder / name).write_text(body, encoding="utf-8")
+    return folder, files, commands
+
+
+def run(command, cwd):
+    args = command.split()
+    return subprocess.run([sys.executable] + args[1:], cwd=cwd, capture_output=True, text=True, timeout=300)
+
+
+def test_the_guide_names_a_verifier_a_draft_and_a_test(fork):
+    _, files, commands = fork
+    assert {"my_verifier.py", "my_draft.py", "test_mine.py"} <= set(files)
+    for script in ("sample.py", "bench.py"):
+        for plugin in ("my_verifier.py", "my_draft.py"):
+            assert any(f"{script} --plugin {plugin}" in c for c in commands), f"no `{script} --plugin {plugin}` command"
+
+
+def test_every_command_of_the_guide_runs(fork):
+    folder, _, commands = fork
+    for command in commands:
+        if "pytest" in command:
+            continue
+        out = run(command, folder)
+        assert out.returncode == 0, f"`{command}` failed:\n{out.stdout[-2000:]}\n{out.stderr[-3000:]}"
+        if "sample.py" in command and "generous" in command:
+            assert "verify generous (LOSSY: not the target's distribution)" in out.stdout
+        if "bench.py" in command:
+            names = ["generous"] if "generous" in command else ["unigram"]
+            assert all(name in out.stdout for name in names), out.stdout[-2000:]
+
+
+def test_the_guides_test_file_passes(fork):
+    folder, _, _ = fork
+    out = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "test_mine.py"], cwd=folder,
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0 and "2 passed" in out.stdout, out.stdout[-3000:] + out.stderr[-2000:]
+
+
+def test_an_unknown_verifier_points_to_the_plugin_flag(capsys):
+    import sample
+    with pytest.raises(SystemExit):
+        sample.get_args(["--verify", "generous"])  # registered only by the guide's plugin
+    assert "--plugin FILE.py" in capsys.readouterr().err
+
+
+def test_a_missing_plugin_file_is_a_clear_error():
+    import sample
+    with pytest.raises(SystemExit, match="--plugin nowhere.py: no such file"):
+        sample.get_args(["--plugin", "nowhere.py"])
