@@ -280,6 +280,54 @@ def test_sample_batch_generates_the_samples_together(pair, capsys):
         sample.main(base + ["--verify", "block"])  # batched.py runs token-wise verification only
 
 
+@pytest.mark.parametrize("draft", ["draft.pt", "none"])
+def test_ctrl_c_with_batch_keeps_every_rows_text_and_the_statistics_so_far(pair, capsys, monkeypatch, draft):
+    import batched
+    tmp, _ = pair
+    streamed = {}  # row -> new ids streamed before the interrupt
+    name = "speculative_generate_batch" if draft != "none" else "autoregressive_generate_batch"
+    real = getattr(batched, name)
+
+    def interrupted(*args, stream, **kwargs):  # Ctrl-C after the fourth streamed piece
+        def stream_then_ctrl_c(b, ids):
+            stream(b, ids)
+            streamed.setdefault(b, []).extend(ids)
+            if sum(len(v) > 0 for v in streamed.values()) == 3 and sum(map(len, streamed.values())) >= 4:
+                raise KeyboardInterrupt
+        return real(*args, stream=stream_then_ctrl_c, **kwargs)
+
+    monkeypatch.setattr(batched, name, interrupted)
+    try:
+        with pytest.raises(SystemExit) as exit:
+            sample.main(["--target", str(tmp / "target.pt"), "--draft", str(tmp / draft) if draft != "none" else draft,
+                         "--start", "ROMEO:", "--max_new_tokens", "30", "--batch", "3", "--k", "2"])
+    except KeyboardInterrupt:
+        pytest.fail("Ctrl-C escaped sample.main with --batch: a traceback instead of the rows and statistics")
+    out = capsys.readouterr().out
+    n = sum(map(len, streamed.values()))
+    assert exit.value.code == 130 and out.count("ROMEO:") == 3 and "sample 3/3" in out
+    assert f"Ctrl-C after {n} new tokens in all" in out and f"batch of 3: {n} tokens in " in out
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "-1"])
+def test_a_temperature_that_is_not_a_finite_number_above_zero_is_a_usage_error(value, capsys):
+    with pytest.raises(SystemExit) as exit:
+        sample.get_args(["--temperature", value])
+    assert exit.value.code == 2 and "--temperature must be a number >= 0 (0 is greedy) and finite" in (
+        capsys.readouterr().err)
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["--batch", "0"], "--batch takes an int >= 1 (samples generated together), got 0"),
+    (["--batch", "2", "--verify", "block"], "--batch runs token-wise verification only"),
+])
+def test_bad_batch_arguments_say_which_rule_they_break(argv, message, capsys):
+    with pytest.raises(SystemExit):
+        sample.get_args(argv)
+    err = capsys.readouterr().err
+    assert message in err and ("token-wise" in err) == ("block" in argv)
+
+
 def test_bench_batch_prints_a_row_per_b_and_k(pair, capsys, tmp_path):
     import bench
     tmp, corpus = pair
