@@ -49,6 +49,7 @@ class Memory:
         self.draft_s = deque(maxlen=recent)  # seconds of recent one-token draft steps
         self.target_s = defaultdict(lambda: deque(maxlen=recent))  # width n -> seconds of recent n-token forwards
         self.acceptance = defaultdict(lambda: [0, 0])  # sampling setting -> [kept, rejections]
+        self.depths = defaultdict(lambda: ([0] * 64, [0] * 64))  # setting -> (tested, kept) per draft position
 
 
 MEMORIES = weakref.WeakKeyDictionary()  # target model -> draft model -> {(device, batch size): Memory}
@@ -73,9 +74,13 @@ class AutoK:
         self.memory = memory or Memory(recent)  # costs: this call's own, or shared with earlier calls
         self.draft_s, self.target_s = self.memory.draft_s, self.memory.target_s
         self.counts = self.memory.acceptance[setting]  # [kept, rejections] of every call with this setting
+        self.depth_counts = self.memory.depths[setting]  # (tested, kept) per position, of every call
         kept, rejections = self.counts
         scale = min(1.0, prior / max(1, kept + rejections))  # earlier calls weigh as at most `prior` rounds
         self.prior_kept, self.prior_rejections = kept * scale, rejections * scale
+        rounds = self.depth_counts[0][0]  # rounds that tested a first draft
+        scale = min(1.0, prior / max(1, rounds))
+        self.tested, self.passed = ([n * scale for n in counts] for counts in self.depth_counts)  # earlier calls'
         self.chosen = []  # K chosen before each round (before clipping to the tokens and window left)
 
     @classmethod
@@ -90,6 +95,20 @@ class AutoK:
     def alpha(self):  # this call's rounds, earlier calls' (as at most `prior` rounds), one pseudo-count of each
         kept, rejections = self.kept + self.prior_kept, self.rejections + self.prior_rejections
         return (kept + 1) / (kept + rejections + 2)
+
+    def expected_tokens(self):  # -> E[1 .. K+1 tokens of a round with K drafts], for K = 0..k_max
+        """1 + sum over j <= K of a_1 ... a_j, where a_i = P(draft i is kept | drafts 1..i-1 were): the acceptance
+        by position, counted from the rounds so far. Theorem 3.8 takes every a_i = alpha. At temperature 0
+        acceptance comes in runs (a long stretch where draft and target agree, then a miss), so a_i grows with i
+        and alpha alone undervalues long rounds. Each a_i leans on a_{i-1} with 2 pseudo-rounds (a_0 = alpha), so
+        a position never tested yet takes its predecessor's value."""
+        a, run, total = min(self.alpha, 1 - 1e-9), 1.0, [1.0]
+        for i in range(self.k_max):
+            tested, kept = (self.tested[i] if i < len(self.tested) else 0), (self.passed[i] if i < len(self.passed) else 0)
+            a = min((kept + 2 * a) / (tested + 2), 1 - 1e-9)
+            run *= a
+            total.append(total[-1] + run)
+        return total
 
     def round_cost(self):  # -> K -> seconds (or target steps) of a round with K drafts, or None if not known yet
         if self.costs is not None:
@@ -116,9 +135,9 @@ class AutoK:
         cost = self.round_cost()
         if cost is None:
             K = self.k_first  # nothing measured yet (the first forwards read the prompt)
-        else:
-            a = min(self.alpha, 1 - 1e-9)
-            K = max(range(1, self.k_max + 1), key=lambda K: (1 - a ** (K + 1)) / (1 - a) / cost(K))
+        else:  # Theorem 3.8 with the acceptance by position: tokens per round / cost of the round
+            tokens = self.expected_tokens()
+            K = max(range(1, self.k_max + 1), key=lambda K: tokens[K] / cost(K))
         self.chosen.append(K)
         return min(K, limit)
 
@@ -134,6 +153,11 @@ class AutoK:
             self.rejections += n < K
             self.counts[0] += n  # for later calls
             self.counts[1] += n < K
+            for i in range(min(n + 1, K, len(self.tested))):  # positions 1..n kept, n+1 rejected (if n < K)
+                self.tested[i] += 1
+                self.passed[i] += i < n
+                self.depth_counts[0][i] += 1  # for later calls
+                self.depth_counts[1][i] += i < n
 
     def observe_forwards(self, K, draft_forwards, target_forwards):
         """Costs: [(tokens fed, seconds)] of a round's forwards, K drafts a row (all rows of a batch at once)."""

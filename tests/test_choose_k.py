@@ -13,6 +13,22 @@ def best_k(alpha, cost, k_max):  # brute force, written independently of AutoK
     return 1 + speedups.index(max(speedups))
 
 
+def best_k_by_position(rounds, cost, k_max):
+    """Brute force of AutoK's rule from the raw rounds [(K, kept)], written independently: a_i = P(draft i kept |
+    1..i-1 kept) from the rounds that tested position i, leaning on a_{i-1} with 2 pseudo-rounds, a_0 = alpha."""
+    kept = sum(n for _, n in rounds)
+    rejections = sum(n < K for K, n in rounds)
+    a, run, tokens = (kept + 1) / (kept + rejections + 2), 1.0, [1.0]
+    for i in range(1, k_max + 1):
+        tested = sum(1 for K, n in rounds if K >= i and n >= i - 1)
+        passed = sum(1 for K, n in rounds if n >= i)
+        a = (passed + 2 * a) / (tested + 2)
+        run *= a
+        tokens.append(tokens[-1] + run)
+    speedups = [tokens[K] / cost(K) for K in range(1, k_max + 1)]
+    return 1 + speedups.index(max(speedups))
+
+
 def feed(auto, K, kept, draft_ms, target_ms):  # one round with fake clock readings
     auto.update(K, kept, [(1, draft_ms / 1e3)] * K, [(K + 1, target_ms(K + 1) / 1e3)])
 
@@ -38,13 +54,30 @@ def test_measured_costs_find_the_best_k_of_the_true_costs():
     true_target = lambda n: 5.0 + 0.6 * n  # ms: a CPU whose wide forwards cost more (v grows with K)
     auto = AutoK(k_max=16, k_first=4)
     assert auto.choose(16) == 4  # nothing measured yet
-    K = 4
-    for r in range(40):  # alternate kept/rejected so alpha stays ~0.8
+    K, rounds = 4, []
+    for r in range(40):  # every fifth round rejects its last draft
         kept = K if r % 5 else K - 1
         feed(auto, K, kept, 0.5, true_target)
+        rounds.append((K, kept))
         K = auto.choose(16)
-    want = best_k(auto.alpha, lambda K: K * 0.5 + true_target(K + 1), 16)
+    want = best_k_by_position(rounds, lambda K: K * 0.5 + true_target(K + 1), 16)
     assert K == want, (K, want, auto.chosen)
+
+
+def test_acceptance_in_runs_makes_rounds_longer_than_one_alpha_would():
+    """Greedy acceptance comes in runs: here a round is either rejected at its first draft or kept whole. Then a
+    draft that survived the first position is always kept, so long rounds pay, which alpha alone cannot see."""
+    cost = lambda K: 0.1 * K + 1.0
+    auto = AutoK(k_max=16, costs=(0.1, lambda K: 1.0))
+    rounds = [(4, 0) if r % 3 == 0 else (4, 4) for r in range(60)]
+    for K, kept in rounds:
+        auto.observe([K], [kept])
+    assert auto.choose(16) == best_k_by_position(rounds, cost, 16) > best_k(auto.alpha, cost, 16)
+    iid = AutoK(k_max=16, costs=(0.1, lambda K: 1.0))  # as many rejections, spread over the positions
+    spread = [(4, r % 4) if r % 3 == 0 else (4, 4) for r in range(60)]
+    for K, kept in spread:
+        iid.observe([K], [kept])
+    assert iid.choose(16) < auto.choose(16)
 
 
 def test_one_measured_width_is_extrapolated_optimistically():
