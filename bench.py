@@ -34,8 +34,8 @@ import data
 from fast import DECODERS, with_decoder
 from hf import GPT2_NAMES  # pretrained GPT-2 through transformers (optional; imported only when used)
 from model import SHIPPED
-from cpu import use_threads
-from sample import (HELP, add_plugin_argument, add_registry_arguments, add_threads_argument, check_draft_arguments,
+from cpu import add_threads_argument, use_threads
+from sample import (HELP, add_plugin_argument, add_registry_arguments, check_draft_arguments,
                     check_verify_arguments, given, import_plugins, load, make_draft, parse_k, shown, verifier_names,
                     verify_params)
 from speculative import autoregressive_generate, round_for, speculative_generate

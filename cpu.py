@@ -20,8 +20,6 @@ import time
 
 import torch
 
-TORCH_DEFAULT = torch.get_num_threads()  # torch's own choice (the physical cores), before anyone changed it
-
 
 def busy_and_total():  # -> (busy, total) CPU time of all cores since boot, in clock ticks (Linux), or None
     try:
@@ -57,12 +55,20 @@ def choose_threads(idle, default):
     return max(1, min(default, math.floor(idle + 0.3)))
 
 
+def add_threads_argument(ap):  # --threads, the same in sample.py, bench.py and train_draft.py
+    ap.add_argument("--threads", type=int, default=None,
+                    help="CPU threads for torch; None: one per core idle at the start (cpu.py), so a core busy with "
+                         "another process cannot stall every step")
+
+
 def use_threads(threads, device="cpu"):
-    """torch.set_num_threads(threads), or, with threads None on a CPU, one per idle core. -> the number used."""
+    """torch.set_num_threads(threads), or, with threads None on a CPU, one per idle core (never more than torch
+    uses already). -> the number of threads torch uses now."""
     if threads is not None:
         if not isinstance(threads, int) or threads < 1:
             raise ValueError(f"threads must be an int >= 1 (or None: one per idle core), got {threads!r}")
         torch.set_num_threads(threads)
     elif str(device).startswith("cpu"):
-        torch.set_num_threads(choose_threads(idle_cores(), TORCH_DEFAULT))
+        # at most what torch has now: its default (the physical cores), or less if the caller already chose
+        torch.set_num_threads(choose_threads(idle_cores(), torch.get_num_threads()))
     return torch.get_num_threads()

@@ -26,7 +26,7 @@ from data import Tokenizer
 from model import SHIPPED, load_checkpoint
 from hf import GPT2_NAMES  # pretrained GPT-2 through transformers (optional; imported only when used)
 from choose_k import AutoK
-from cpu import use_threads
+from cpu import add_threads_argument, use_threads
 from fast import DECODERS, with_decoder
 import speculative
 from speculative import ROUNDS, SamplingError, Stats, autoregressive_generate, round_for, speculative_generate
@@ -189,12 +189,6 @@ def check_draft_arguments(ap, args, names):
 
 def make_draft(args, name, target):  # -> variants.DRAFTS[name] built for this target, with the flags' parameters
     return DRAFTS[name].make(target, **given(args, DRAFTS[name]))
-
-
-def add_threads_argument(ap):
-    ap.add_argument("--threads", type=int, default=None,
-                    help="CPU threads for torch; None: the cores idle now (cpu.py), so a busy core cannot stall "
-                         "every step")
 
 
 def parse_k(text):
