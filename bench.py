@@ -172,6 +172,26 @@ def predicted(alpha, K, c, v=1.0):
     return expected_tokens / (K * c + v)
 
 
+def why_it_does_not_pay(alpha, c, v, k_max=16):
+    """-> what Theorem 3.8 allows with this alpha, c and v, and what a draft would need to pay. A draft pays at K
+    when E[tokens] = (1 - a^(K+1)) / (1 - a) exceeds K c + v: so c must stay under (E[tokens] - v) / K for some K.
+    alpha 0.4, c 0.33, v 1.1 -> at most 0.98x (K = 1); c under 0.300 would pay, or alpha above 0.430."""
+    ks = range(1, k_max + 1)
+    best_K = max(ks, key=lambda K: predicted(alpha, K, c, v))
+    text = (f"Theorem 3.8 with alpha {alpha:.3f}, c {c:.3f} and v {v:.2f} allows at most "
+            f"{predicted(alpha, best_K, c, v):.2f}x (K = {best_K})")
+    tokens = lambda a, K: (K + 1) if a >= 1 else (1 - a ** (K + 1)) / (1 - a)
+    c_even = max((tokens(alpha, K) - v) / K for K in ks)  # the most a draft step may cost at this alpha
+    lo, hi = 0.0, 1.0  # the least alpha that pays at this c: bisection on a function that grows with alpha
+    for _ in range(40):
+        mid = (lo + hi) / 2
+        lo, hi = (lo, mid) if max(predicted(mid, K, c, v) for K in ks) >= 1.0 else (mid, hi)
+    text += (f": a draft step under {c_even:.3f} target steps would pay at this alpha" if c_even > 0 else
+             ": no draft pays at this alpha, whatever its cost")
+    return text + (f", or an acceptance alpha above {hi:.3f} at this c." if hi < 1.0 - 1e-9 else
+                   ", and no acceptance pays at this c.")
+
+
 def main(argv=None):
     args = get_args(argv)
     torch.manual_seed(args.seed)
@@ -267,6 +287,11 @@ def main(argv=None):
         vs = f"; best fixed K = {best['K']}: {best['speedup']:.2f}x, auto / best = {auto['speedup'] / best['speedup']:.0%}" if best else ""
         print(f"{auto['setting']}, {auto['variant']}, {auto['decoder']}: auto {auto['speedup']:.2f}x (K per round: median {auto['k_median']}, "
               f"{auto['k_min']}..{auto['k_max']}){vs}")
+    for group in dict.fromkeys((r["setting"], r["variant"], r["decoder"]) for r in rows):
+        best = max((r for r in rows if (r["setting"], r["variant"], r["decoder"]) == group), key=lambda r: r["speedup"])
+        if best["speedup"] < 1.0:
+            print(f"{', '.join(group)}: does not pay (best {best['speedup']:.2f}x, K = {best['K']}). "
+                  + why_it_does_not_pay(best["alpha"], best["c"], best["v"]))
     for multi in (r for r in rows if r["variant"].split()[1] == "multidraft"):
         single = [r for r in rows if all(r[key] == multi[key] for key in ("setting", "K", "decoder"))
                   and r["variant"].split()[:2] == [multi["variant"].split()[0], "tokenwise"]]

@@ -223,6 +223,17 @@ def test_theorem_3_8_prediction_and_alpha_estimate():
     assert alpha_from_rounds([(0, 3, 2), (3, 3, 3), (7, 2, 0)]) == 5 / 7
 
 
+def test_bench_says_why_a_pair_does_not_pay():
+    import bench
+    text = bench.why_it_does_not_pay(0.4, 0.33, 1.1)
+    assert "allows at most 0.98x (K = 1)" in text and "under 0.300 target steps" in text and "above 0.430" in text
+    # the thresholds are where Theorem 3.8 crosses 1: just past them it pays, just before it does not
+    assert max(bench.predicted(0.4, K, 0.299, 1.1) for K in range(1, 17)) > 1.0 > bench.predicted(0.4, 1, 0.301, 1.1)
+    assert max(bench.predicted(0.431, K, 0.33, 1.1) for K in range(1, 17)) > 1.0
+    assert max(bench.predicted(0.429, K, 0.33, 1.1) for K in range(1, 17)) < 1.0
+    assert "no draft pays at this alpha" in bench.why_it_does_not_pay(0.3, 0.9, 1.5)
+
+
 def test_bench_costs_leave_out_the_prompt_read():
     from bench import steady
     assert steady([9.0, 1.0, 2.0]) == 1.5  # the first forward reads the prompt: not a decoding step
