@@ -15,7 +15,7 @@ import train_draft
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCRIPTS = {"sample.py": sample.get_args, "bench.py": bench.get_args, "train_draft.py": train_draft.get_args}
-MADE_BY_COMMANDS = ("runs/", "my_text.txt")  # what the README's own commands create (or the reader brings)
+MADE_BY_COMMANDS = ("runs/", "my_text.txt", "my_verifier.py")  # what the README's commands create (or the reader brings)
 FILE = re.compile(r"(?<![\w./-])((?:[\w-]+/)*[\w-]+\.(?:py|ipynb|json|md|png|txt|pt)|LICENSE|(?:[\w-]+/)+)(?![\w/])")
 LINK = re.compile(r"!?\[[^\]]*\]\(([^)\s]+)\)")
 COMMAND = re.compile(r"python ([\w/]+\.py)([^`\n#|]*)")  # a script and its arguments, up to a code span's end
