@@ -16,7 +16,6 @@ Exit code 0 when every check passes, 1 otherwise.
 """
 
 import argparse
-import contextlib
 import importlib.util
 import math
 import os
@@ -82,7 +81,8 @@ def load(path):
 
 
 def in_words(error, path):  # an exception -> "ValueError: ... (line 12 of mine.py: `x = ...`)", no traceback
-    frames = [f for f in traceback.extract_tb(error.__traceback__) if os.path.abspath(f.filename) == os.path.abspath(path)]
+    mine = os.path.abspath(path)
+    frames = [f for f in traceback.extract_tb(error.__traceback__) if os.path.abspath(f.filename) == mine]
     where = f" (line {frames[-1].lineno} of {os.path.basename(path)}: `{frames[-1].line}`)" if frames else ""
     return f"{type(error).__name__}: {error}{where}"
 
@@ -179,8 +179,8 @@ def check_residual(module, path):
 def no_other_randomness(mp):
     """The round must draw through speculative.sample and .coin; any other random draw would escape the checker."""
     def refuse(*args, **kwargs):
-        raise OtherRandomness("your round drew a random number without speculative.sample or speculative.coin. Call them "
-                    "through the module, speculative.sample(...) and speculative.coin(...) after `import "
+        raise OtherRandomness("your round drew a random number without speculative.sample or speculative.coin. "
+                    "Call them through the module, speculative.sample(...) and speculative.coin(...) after `import "
                     "speculative` (not `from speculative import sample`), so the checker can follow every branch")
     for name in ("multinomial", "rand", "bernoulli", "randint", "rand_like"):
         mp.setattr(torch, name, refuse)
@@ -251,7 +251,8 @@ def enumerate_round(mp, k, n, sampling, w_target, w_draft, verify):
     """{n new tokens: probability} of speculative_generate(..., verify=verify) over every branch."""
     target, draft = TableModel(seed=0, block_size=w_target), TableModel(seed=1, block_size=w_draft)
     idx = torch.tensor([PROMPT])
-    run = lambda: speculative.speculative_generate(target, draft, idx, n, k=k, verify=verify, **sampling)[0][0, len(PROMPT):].tolist()
+    run = lambda: speculative.speculative_generate(target, draft, idx, n, k=k, verify=verify,
+                                                   **sampling)[0][0, len(PROMPT):].tolist()
     return enumerate_branches(run, mp, patch=patch_draws)
 
 
@@ -265,16 +266,13 @@ def exact(got, want):
     return abs(g - w) < TOL and abs(sum(got.values()) - 1.0) < TOL
 
 
-def round_mismatch(fn, name, path, pieces=None, cases=ROUND_CASES):
-    """-> None if fn is exact on every case, else (case, got, want). pieces: {name: function} patched into
-    speculative (the project's round then runs with the student's accept_probability and residual)."""
-    for case in cases:
+def round_mismatch(fn, name, path):
+    """-> None if fn, run as verify="student", is exact on every case, else (case, got, want)."""
+    for case in ROUND_CASES:
         k, n, sampling, w_target, w_draft = case
         with pytest.MonkeyPatch.context() as mp:
             no_other_randomness(mp)
             mp.setitem(speculative.ROUNDS, "student", registered(fn, name, path))
-            for attr, piece in (pieces or {}).items():
-                mp.setattr(speculative, attr, piece)
             got = enumerate_round(mp, k, n, sampling, w_target, w_draft, verify="student")
         want = target_joint(TableModel(seed=0, block_size=w_target), PROMPT, n, **sampling)
         if not exact(got, want):
@@ -294,7 +292,8 @@ def describe(case, got, want):
 
 def trace(fn, k, coins):
     """Run one round of fn on the table models with coins scripted (then True) and every token the most likely
-    one. -> (events, tokens, kept, target cache_len, draft cache_len, p); events: ("sample", probs) or ("coin", prob)."""
+    one. -> (events, tokens, kept, target cache_len, draft cache_len, p);
+    events: ("sample", probs) or ("coin", prob)."""
     target, draft = TableModel(seed=0, block_size=8), TableModel(seed=1, block_size=8)
     tgt, drf = speculative.CachedModel(target, torch.device("cpu")), speculative.CachedModel(draft, torch.device("cpu"))
     tokens, events, script, scored = list(PROMPT), [], iter(coins), []

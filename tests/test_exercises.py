@@ -115,7 +115,8 @@ def test_randomness_outside_sample_and_coin_is_refused_in_words(tmp_path, capsys
 
 
 def test_the_stretch_says_when_block_verification_keeps_only_what_tokenwise_keeps(tmp_path, capsys):
-    code, out = run_checker(tmp_path, capsys, stretch=True, block="return speculative.speculative_round(target, draft, tokens, k, probs, generator)")
+    tokenwise = "return speculative.speculative_round(target, draft, tokens, k, probs, generator)"
+    code, out = run_checker(tmp_path, capsys, stretch=True, block=tokenwise)
     assert code == 1
     assert "step 3: speculative_round, every branch enumerated, run as verify='student': ok" in out
     assert "It keeps exactly what token-wise verification keeps" in out, out
