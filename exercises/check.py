@@ -236,15 +236,7 @@ def checked(fn, name, path):
 
 def registered(fn, name, path):
     """-> a ROUNDS entry for fn, so that speculative_generate(..., verify=...) runs it like any verifier."""
-    checked_round = checked(fn, name, path)
-    if hasattr(speculative, "Verifier"):  # ROUNDS holds Verifier entries
-        return speculative.Verifier(checked_round, doc=f"the student's {name} (exercises/check.py)")
-
-    def entry(k, **params):  # ROUNDS holds functions entry(k, **params) -> round
-        if params:
-            raise ValueError(f"verify='student' takes no parameters, got {sorted(params)}")
-        return checked_round
-    return entry
+    return speculative.Verifier(checked(fn, name, path), doc=f"the student's {name} (exercises/check.py)")
 
 
 def enumerate_round(mp, k, n, sampling, w_target, w_draft, verify):
