@@ -35,8 +35,8 @@ from dataclasses import dataclass, field
 import torch
 
 from choose_k import AutoK
-from speculative import (SamplingError, Stats, check_inputs, context_start, sampling_probs, why_not_a_distribution,
-                         window_end)
+from speculative import (SamplingError, Stats, check_inputs, check_stop, context_start, sampling_probs, stop_end,
+                         why_not_a_distribution, window_end)
 
 
 @dataclass
@@ -139,13 +139,15 @@ class RowCachedModel:
 
 @torch.no_grad()
 def autoregressive_generate_batch(model, prompts, max_new_tokens, temperature=1.0, top_k=None, top_p=None,
-                                  generator=None, stream=None, stats=None):
+                                  generator=None, stream=None, stats=None, stop=None):
     """prompts: B prompts (1-D LongTensors or lists of ints, lengths may differ) -> (B 1-D LongTensors, each its
     prompt and max_new_tokens new tokens; BatchStats). One target forward per step for all rows.
     stream(b, ids), if given, receives row b's new ids as they are produced; stats, a BatchStats filled as it goes
-    (so a caller interrupted mid-call keeps every row's text and the statistics so far)."""
-    tokens, device = check_batch(model, None, prompts, max_new_tokens, 1, temperature, top_k, top_p)
+    (so a caller interrupted mid-call keeps every row's text and the statistics so far). stop=[[ids], ...]: a row
+    ends right after its first stop sequence among its new tokens (speculative.stop_end), so rows differ in length."""
+    tokens, device = check_batch(model, None, prompts, max_new_tokens, 1, temperature, top_k, top_p, stop)
     B, tic = len(tokens), time.perf_counter()
+    first_new, final = [len(row) for row in tokens], [None] * B  # final[b]: row b's output once it hit a stop
     stats = BatchStats() if stats is None else stats
     stats.rows = B
     target = RowCachedModel(model, B, 0, device)
@@ -158,26 +160,40 @@ def autoregressive_generate_batch(model, prompts, max_new_tokens, temperature=1.
         read = torch.stack([x, bad.long()], 1).tolist()  # the step's one host read
         stats.host_reads += 1
         for b, (x_b, bad_b) in enumerate(read):
+            if final[b] is not None:  # stopped: it rides along, its draws unused
+                continue
             if bad_b:
                 raise row_error(b, "target", ts[b], logits[b], tokens)
             tokens[b].append(x_b)
             if stream:
                 stream(b, [x_b])
-    stats.new_tokens, stats.target_times, stats.fill_times = B * max_new_tokens, target.times, target.fill_times
+            if stop and stop_end(tokens[b], first_new[b], stop, ts[b]):
+                final[b] = list(tokens[b])
+        if stop and all(f is not None for f in final):
+            break
+    return finish(tokens, final, first_new, stats, tic, device, target.times, target.fill_times)
+
+
+def finish(tokens, final, first_new, stats, tic, device, target_times, fill_times, draft_times=()):
+    """-> (each row's output as a 1-D LongTensor: its tokens up to its stop, if it hit one; stats, completed)."""
+    outputs = [f if f is not None else row for f, row in zip(final, tokens)]
+    stats.new_tokens = sum(len(out) - n for out, n in zip(outputs, first_new))
+    stats.target_times, stats.draft_times, stats.fill_times = target_times, list(draft_times), fill_times
     stats.total_time = time.perf_counter() - tic
-    return [torch.tensor(row, dtype=torch.long, device=device) for row in tokens], stats
+    return [torch.tensor(row, dtype=torch.long, device=device) for row in outputs], stats
 
 
 # ---- speculative sampling, B rows ------------------------------------------------------------------------------
 
 @torch.no_grad()
 def speculative_generate_batch(target, draft, prompts, max_new_tokens, k=4, temperature=1.0, top_k=None, top_p=None,
-                               generator=None, stream=None, stats=None):
+                               generator=None, stream=None, stats=None, stop=None):
     """prompts: B prompts (1-D LongTensors or lists of ints, lengths may differ) -> (B 1-D LongTensors, each its
     prompt and max_new_tokens new tokens; BatchStats). Each row is distributed exactly as
     autoregressive_generate(target) of that prompt alone. k: drafts per round (all rows), an int or "auto".
-    stream and stats as in autoregressive_generate_batch: a row's new ids after each round; filled round by round."""
-    tokens, device = check_batch(target, draft, prompts, max_new_tokens, k, temperature, top_k, top_p)
+    stream, stats and stop as in autoregressive_generate_batch: a row's new ids after each round; filled round by
+    round; a row ends after its first stop sequence (what its round kept past it is dropped)."""
+    tokens, device = check_batch(target, draft, prompts, max_new_tokens, k, temperature, top_k, top_p, stop)
     B, tic = len(tokens), time.perf_counter()
     setting = ("tokenwise", (), temperature, top_k, top_p)  # as speculative_generate keys the acceptance
     auto = AutoK.remembered(target, draft, device, setting, batch=B) if k == "auto" else (  # from earlier calls
@@ -186,6 +202,7 @@ def speculative_generate_batch(target, draft, prompts, max_new_tokens, k=4, temp
     tgt, drf = RowCachedModel(target, B, room, device), RowCachedModel(draft, B, room, device)
     probs = lambda logits: sampling_probs(logits, temperature, top_k, top_p)
     ends = [len(row) + max_new_tokens for row in tokens]
+    first_new, final = [len(row) for row in tokens], [None] * B  # final[b]: row b's output once it hit a stop
     batch = list(range(B))  # batch[i]: the prompt of batch row i
     stats = BatchStats() if stats is None else stats
     stats.rows = B
@@ -207,10 +224,14 @@ def speculative_generate_batch(target, draft, prompts, max_new_tokens, k=4, temp
             auto.observe([Ks[i] for i in running], [kept[i] for i in running])
             auto.observe_forwards(K, [(1, s) for s in drf.times[n_drf:]], [(K + 1, s) for s in tgt.times[n_tgt:]])
         for i in running:
-            stats.rounds.append((batch[i], ts[i], Ks[i], kept[i]))
-            tokens[batch[i]] = rows[i] + new[i]
+            b = batch[i]
+            stats.rounds.append((b, ts[i], Ks[i], kept[i]))
+            tokens[b] = rows[i] + new[i]
+            end_at = stop_end(tokens[b], first_new[b], stop, ts[i]) if stop else None
+            if end_at:  # subtle: the row's round may have kept drafts past its stop; its cache keeps them, so the
+                final[b], ends[b] = tokens[b][:end_at], len(tokens[b])  # row ends here and rides along, unused
             if stream:
-                stream(batch[i], new[i])
+                stream(b, (final[b] or tokens[b])[ts[i]:])
         stats.drafted += sum(Ks)
         stats.accepted += sum(kept[i] for i in running)
         still = [i for i, b in enumerate(batch) if len(tokens[b]) < ends[b]]
@@ -218,10 +239,7 @@ def speculative_generate_batch(target, draft, prompts, max_new_tokens, k=4, temp
             batch = [batch[i] for i in still]  # caches of the others costs a forward or so, so not at every finish)
             tgt.keep(still)
             drf.keep(still)
-    stats.new_tokens, stats.total_time = B * max_new_tokens, time.perf_counter() - tic
-    stats.target_times, stats.draft_times = tgt.times, drf.times
-    stats.fill_times = tgt.fill_times + drf.fill_times
-    return [torch.tensor(row, dtype=torch.long, device=device) for row in tokens], stats
+    return finish(tokens, final, first_new, stats, tic, device, tgt.times, tgt.fill_times + drf.fill_times, drf.times)
 
 
 def speculative_round_batch(target, draft, rows, ts, K, Ks, probs, generator, device, names, everything, done):
@@ -306,7 +324,7 @@ def row_error(b, model, position, logits, rows):
 
 # ---- argument checks ----------------------------------------------------------------------------------------
 
-def check_batch(target, draft, prompts, max_new_tokens, k, temperature, top_k, top_p):
+def check_batch(target, draft, prompts, max_new_tokens, k, temperature, top_k, top_p, stop=None):
     """speculative.check_inputs for every prompt, with its index in the message. -> (list of B lists of ids, device)"""
     if isinstance(prompts, torch.Tensor) or not isinstance(prompts, (list, tuple)) or not prompts:
         raise ValueError("prompts must be a non-empty list of prompts, each a 1-D LongTensor or a list of ints, "
@@ -332,4 +350,5 @@ def check_batch(target, draft, prompts, max_new_tokens, k, temperature, top_k, t
             tokens.append(check_inputs(target, draft, idx, max_new_tokens, k, temperature, top_k, top_p))
         except ValueError as e:
             raise ValueError(f"prompts[{i}]: {e}") from None
+    check_stop(stop, target.config.vocab_size)
     return tokens, device

@@ -55,6 +55,9 @@ def get_args(argv=None):
     ap.add_argument("--init_from", default=None, choices=GPT2_NAMES,
                     help="target = pretrained GPT-2 via transformers (cached or downloadable) instead of --target")
     ap.add_argument("--start", default="\n", help="the prompt: text, or FILE:path to read it from a file (default: %(default)r)")
+    ap.add_argument("--stop", action="append", default=[], metavar="TEXT",
+                    help="end a sample right after this text (encoded with the target's tokenizer; escapes such as "
+                         "\\n are understood, so --stop '\\n\\n' ends at a blank line). Repeatable")
     ap.add_argument("--num_samples", type=int, default=3, help="samples, each from the same prompt")
     ap.add_argument("--max_new_tokens", type=int, default=300, help="tokens generated per sample")
     ap.add_argument("--temperature", type=float, default=0.8, help="0 = greedy")
@@ -245,14 +248,15 @@ def main(argv=None):
         raise SystemExit(f"--start: {e}") from e
     if not prompt:
         raise SystemExit("--start is empty: give at least one character, e.g. --start $'\\n'")
+    stop = stop_sequences(args.stop, tok)
     print(f"target {shown(args.init_from or args.target)} ({target.num_params() / 1e6:.2f}M), draft "
           + ("none: plain sampling" if draft is None else f"{shown(args.draft)} ({draft.num_params() / 1e6:.2f}M)"))
     if args.batch:
-        return sample_batch(args, target, draft, tok, prompt)
+        return sample_batch(args, target, draft, tok, prompt, stop)
     target, draft = with_decoder(args.decoder, target, draft)
     idx = torch.tensor([prompt], dtype=torch.long, device=args.device)
     gen = torch.Generator(device=args.device).manual_seed(args.seed)
-    sampling = dict(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, generator=gen)
+    sampling = dict(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, generator=gen, stop=stop)
 
     k = AutoK() if args.k == "auto" else args.k  # one AutoK for all samples: what it measured carries over
     totals = dict(tokens=0, seconds=0.0, target_calls=0, drafted=0, accepted=0)
@@ -285,6 +289,21 @@ def main(argv=None):
     summary(args, draft, totals, ks)
 
 
+def stop_sequences(texts, tok):  # --stop texts -> [[ids], ...] for the samplers' stop=, or None
+    """'\\n\\n' (as typed in a shell) -> the ids of two newlines. A stop text the tokenizer cannot encode is an error."""
+    stop = []
+    for text in texts:
+        text = text.encode("latin-1", "backslashreplace").decode("unicode_escape")  # \n -> a newline
+        try:
+            ids = tok.encode(text)
+        except ValueError as e:
+            raise SystemExit(f"--stop {text!r}: {e}") from e
+        if not ids:
+            raise SystemExit("--stop is empty: give the text to stop after, e.g. --stop '\\n\\n'")
+        stop.append(ids)
+    return stop or None
+
+
 def add_up(totals, ks, stats, calls):
     totals["tokens"] += stats.new_tokens
     totals["seconds"] += stats.total_time
@@ -312,12 +331,12 @@ def summary(args, draft, totals, ks, decoder=None):  # the statistics line; its 
                  f"top_p {args.top_p})")
 
 
-def sample_batch(args, target, draft, tok, prompt):
+def sample_batch(args, target, draft, tok, prompt, stop=None):
     """--batch N: N samples of the same prompt generated together (batched.py), printed when all are done (or at
     Ctrl-C, each row's text so far, then the statistics so far)."""
     from batched import BatchStats, autoregressive_generate_batch, speculative_generate_batch
     gen = torch.Generator(device=args.device).manual_seed(args.seed)
-    sampling = dict(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, generator=gen)
+    sampling = dict(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, generator=gen, stop=stop)
     prompts, stats, tic = [prompt] * args.batch, BatchStats(), time.perf_counter()
     new = [[] for _ in prompts]  # each row's new tokens so far
     stream = lambda b, ids: new[b].extend(ids)

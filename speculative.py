@@ -156,6 +156,19 @@ def window_end(t, W):
     return W - 1 if t < W else (t // (W // 2) + 1) * (W // 2) - 1
 
 
+# ---- stop sequences: identical in every sampler --------------------------------------------------------------
+
+def stop_end(tokens, first_new, stop, start):
+    """-> the end (exclusive) of the first stop sequence that is complete in tokens[first_new:] and ends at or after
+    position `start`, or None. Only new tokens count: a stop sequence must lie wholly after the prompt.
+    stop [[0, 0]], tokens [5, 0, 0, 1, 0, 0] (prompt [5]), start 1 -> 3: generation ends after the first 0, 0."""
+    for end in range(max(start, first_new), len(tokens)):
+        for seq in stop:
+            if end + 1 - len(seq) >= first_new and tokens[end + 1 - len(seq):end + 1] == list(seq):
+                return end + 1
+    return None
+
+
 class CachedModel:
     """A model, its KV cache, and where the cached window starts: the cache holds x[start:start+cache_len]."""
 
@@ -197,11 +210,12 @@ class CachedModel:
 
 @torch.no_grad()
 def autoregressive_generate(model, idx, max_new_tokens, temperature=1.0, top_k=None, top_p=None, generator=None,
-                            stream=None):
-    """idx (1, T) -> (idx (1, T + max_new_tokens), Stats). One target forward per token, KV-cached.
+                            stream=None, stop=None):
+    """idx (1, T) -> (idx (1, T + m), Stats). One target forward per token, KV-cached. m = max_new_tokens, or fewer
+    with stop=[[ids], ...]: generation ends right after the first stop sequence among the new tokens (kept).
     stream, if given, is called with the list of new token ids as they are produced."""
-    tokens = check_inputs(model, None, idx, max_new_tokens, 1, temperature, top_k, top_p)
-    stats, tic = Stats(), time.perf_counter()
+    tokens = check_inputs(model, None, idx, max_new_tokens, 1, temperature, top_k, top_p, stop)
+    stats, tic, first_new = Stats(), time.perf_counter(), len(tokens)
     target = CachedModel(model, idx.device)
     for t in range(len(tokens), len(tokens) + max_new_tokens):
         logits = target.logits(tokens, t, 1)[0]  # (V,)
@@ -209,7 +223,9 @@ def autoregressive_generate(model, idx, max_new_tokens, temperature=1.0, top_k=N
         tokens.append(sample(p, generator))
         if stream:
             stream(tokens[-1:])
-    stats.new_tokens, stats.target_times = max_new_tokens, target.times
+        if stop and stop_end(tokens, first_new, stop, t):
+            break
+    stats.new_tokens, stats.target_times = len(tokens) - first_new, target.times
     stats.total_time = time.perf_counter() - tic
     return torch.tensor([tokens], dtype=torch.long, device=idx.device), stats
 
@@ -312,14 +328,17 @@ def round_for(verify, k, **params):
 
 @torch.no_grad()
 def speculative_generate(target, draft, idx, max_new_tokens, k=4, temperature=1.0, top_k=None, top_p=None,
-                         generator=None, stream=None, verify="tokenwise", stats=None, **verify_params):
+                         generator=None, stream=None, verify="tokenwise", stats=None, stop=None, **verify_params):
     """idx (1, T) -> (idx (1, T + max_new_tokens), Stats), distributed exactly as autoregressive_generate(target).
 
     k: drafts per round, an int, or "auto" (or an AutoK object) to choose it before each round (choose_k.py).
     verify names the round in ROUNDS: "tokenwise" (speculative_round) or, once variants.py is imported, one of its
     verifiers ("block", ...; some are lossy), with its parameters as further keyword arguments.
-    stats: a Stats to fill round by round (default: a new one), so a caller interrupted mid-call keeps the rounds so far."""
-    tokens = check_inputs(target, draft, idx, max_new_tokens, k, temperature, top_k, top_p)
+    stats: a Stats to fill round by round (default: a new one), so a caller interrupted mid-call keeps the rounds so far.
+    stop=[[ids], ...]: end right after the first stop sequence among the new tokens, as autoregressive_generate does;
+    the tokens a round emitted after it are dropped, so the output is plain sampling's with the same stop rule."""
+    tokens = check_inputs(target, draft, idx, max_new_tokens, k, temperature, top_k, top_p, stop)
+    first_new = len(tokens)
     one_round = round_for(verify, k, **verify_params)
     setting = (verify, tuple(sorted(verify_params.items())), temperature, top_k, top_p)  # acceptance depends on it
     auto = AutoK.remembered(target, draft, idx.device, setting) if k == "auto" else (  # starts from earlier calls
@@ -340,18 +359,23 @@ def speculative_generate(target, draft, idx, max_new_tokens, k=4, temperature=1.
         if auto:  # what this round measured: acceptance, and (tokens fed, seconds) of its forwards
             auto.update(K, kept, drf.forwards[n_drf:], tgt.forwards[n_tgt:])
         stats.rounds.append((t, K, kept))
+        end_at = stop_end(tokens, first_new, stop, t) if stop else None
+        if end_at:  # subtle: a round can keep drafts past a stop; plain sampling would never have drawn them
+            del tokens[end_at:]
         if stream:
             stream(tokens[t:])
         stats.drafted += K
         stats.accepted += kept
-    stats.new_tokens, stats.target_times, stats.draft_times = max_new_tokens, tgt.times, drf.times
+        if end_at:
+            break
+    stats.new_tokens, stats.target_times, stats.draft_times = len(tokens) - first_new, tgt.times, drf.times
     stats.total_time = time.perf_counter() - tic
     return torch.tensor([tokens], dtype=torch.long, device=idx.device), stats
 
 
 # ---- argument checks: clear errors instead of tracebacks from deep inside torch --------------------------------
 
-def check_inputs(target, draft, idx, max_new_tokens, k, temperature, top_k, top_p):
+def check_inputs(target, draft, idx, max_new_tokens, k, temperature, top_k, top_p, stop=None):
     """Validate everything up front; switch models to eval (dropout would make p and q random). -> list of ids."""
     if not torch.is_tensor(idx) or idx.dim() != 2 or idx.dtype != torch.long:
         raise ValueError("idx must be a LongTensor of shape (1, T), e.g. torch.tensor([ids], dtype=torch.long)")
@@ -388,4 +412,15 @@ def check_inputs(target, draft, idx, max_new_tokens, k, temperature, top_k, top_
     tokens = idx[0].tolist()
     if min(tokens) < 0 or max(tokens) >= V:
         raise ValueError(f"token ids must lie in [0, {V}); got min {min(tokens)}, max {max(tokens)}")
+    check_stop(stop, V)
     return tokens
+
+
+def check_stop(stop, V):
+    if stop is None:
+        return
+    if not isinstance(stop, (list, tuple)) or not all(isinstance(seq, (list, tuple)) and seq for seq in stop):
+        raise ValueError(f"stop must be a list of non-empty lists of token ids, e.g. [[0], [11, 11]], got {stop!r}")
+    ids = [x for seq in stop for x in seq]
+    if not all(isinstance(x, int) and not isinstance(x, bool) and 0 <= x < V for x in ids):
+        raise ValueError(f"stop sequences must hold token ids in [0, {V}), got {stop!r}")

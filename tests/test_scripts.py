@@ -2,6 +2,7 @@
 
 import importlib
 import os
+import re
 
 import pytest
 import torch
@@ -120,6 +121,23 @@ def test_sample_streams_text_and_prints_statistics(pair, capsys):
                  "--num_samples", "1", "--start", "ROMEO:"])
     out = capsys.readouterr().out
     assert "speculative sampling, K=auto (K per round: median " in out and "): 20 tokens in" in out
+
+
+@pytest.mark.parametrize("extra", [[], ["--draft", "none"], ["--batch", "2", "--k", "2"]])
+def test_sample_stops_after_the_stop_text(pair, capsys, extra):
+    tmp, _ = pair
+    argv = ["--target", str(tmp / "target.pt"), "--draft", str(tmp / "draft.pt"), "--start", "ROMEO:",
+            "--num_samples", "2", "--max_new_tokens", "200", "--stop", "o", "--stop", "\\n\\n", *extra]
+    sample.main(argv)
+    out = capsys.readouterr().out
+    texts = re.findall(r"---------- sample \d/2\n(.*?)(?=\n----------)", out, re.S)  # each: prompt + new text
+    assert len(texts) == 2 and all(text.startswith("ROMEO:") for text in texts)
+    for text in texts:  # each sample ends right after its first "o" or blank line, or runs to 200 tokens
+        new = text[len("ROMEO:"):]
+        cut = min([i + len(s) for s in ("o", "\n\n") if (i := new.find(s)) >= 0], default=200)
+        assert len(new) == cut, (cut, new[:80])
+    with pytest.raises(SystemExit, match="--stop is empty"):
+        sample.main(argv[:-len(extra) or None] + ["--stop", ""])
 
 
 def test_sample_runs_every_verifier_and_labels_the_lossy_ones(pair, capsys):
