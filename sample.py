@@ -150,12 +150,20 @@ def add_registry_arguments(ap):
             for param, default in entry.params.items():
                 flags.setdefault(param, (default, entry.help.get(param, f"with --{kind} {name}")))
     for param, (default, text) in flags.items():
-        kind = dict(action=argparse.BooleanOptionalAction) if isinstance(default, bool) else dict(type=type(default))
+        kind = (dict(action=argparse.BooleanOptionalAction) if isinstance(default, bool) else
+                dict(type=int_tuple) if isinstance(default, tuple) else dict(type=type(default)))
         try:
             ap.add_argument(f"--{param}", default=None, help=f"{text} (default: {default})", **kind)
         except argparse.ArgumentError as e:  # e.g. a parameter named seed
             raise SystemExit(f"a registered verifier or draft has a parameter {param!r}, which clashes with the "
                              f"script's own --{param}: rename the parameter") from e
+
+
+def int_tuple(text):  # a tuple parameter's flag: "2,2" -> (2, 2)
+    try:
+        return tuple(int(x) for x in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated ints, e.g. 2,2, got {text!r}") from None
 
 
 def given(args, entry):  # -> the entry's parameters: its defaults, overridden by the flags given
