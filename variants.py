@@ -6,6 +6,7 @@ speculative.py stays the readable core (Algorithm 2, token-wise verification). T
     speculative_generate(target, draft, idx, n, verify="block")             # lossless, >= token-wise tokens/round
     speculative_generate(target, NGramDraft(V, n=3), idx, n)                # lossless, no draft model at all
     speculative_generate(target, draft, idx, n, verify="multidraft", n_drafts=3)   # lossless, 3 root candidates
+    speculative_generate(target, draft, idx, n, k=3, verify="tree", branches=(2, 2), children="top")  # lossless
     speculative_generate(target, draft, idx, n, verify="lenient", lenience=0.5)     # LOSSY, labelled
     speculative_generate(target, draft, idx, n, verify="typical", epsilon=0.09, delta=0.3)  # LOSSY, labelled
 
@@ -16,16 +17,20 @@ price of the speed is on the page.
 Sources: block verification, Sun et al. 2024, "Block Verification Accelerates Speculative Decoding"
 (arXiv:2403.10444), Algorithm 2; prompt lookup / n-gram drafting (Saxena 2023, "Prompt Lookup Decoding";
 Leviathan et al. 2023 note that any q works); several drafts at the root, Miao et al. 2024, "SpecInfer"
-(arXiv:2305.09781), and Jeon et al. 2024, "Recursive Speculative Decoding" (arXiv:2402.14160); lenience,
+(arXiv:2305.09781), and Jeon et al. 2024, "Recursive Speculative Decoding" (arXiv:2402.14160); draft trees of
+any depth, SpecInfer, Sequoia (Chen et al. 2024, arXiv:2402.12374) and EAGLE-2 (Li et al. 2024); lenience,
 Leviathan et al. 2023 (arXiv:2211.17192), Appendix A.5; typical acceptance, Cai et al. 2024, "Medusa"
 (arXiv:2401.10774), Section 2.3.1.
 
 Every round function has speculative_round's signature (target, draft, tokens, k, probs, generator) -> kept and
 takes k per call, so K may change between rounds. All randomness goes through speculative.sample() and
 speculative.coin(), called as module attributes so that the tests' enumeration of every branch reaches them.
-Multidraft's tree of n branches is scored in ONE target forward with a tree attention mask (tree_attention,
-model.GPT's pos and mask), and the draft drafts the n branches side by side, one forward per depth.
-What it leaves out: deeper trees (branching after the root), batches, and learned draft heads (Medusa's, EAGLE's).
+A draft tree (tree_round; multidraft is its special case branches=(n,)) is grown by the draft one forward per
+level and scored in ONE target forward with a tree attention mask (tree_attention, model.GPT's pos and mask);
+both caches then keep the accepted path (compact). Children are sampled without replacement by default (Jeon et
+al. 2024; replacement=True: i.i.d., SpecInfer) or are the draft's top tokens, each tested as a point mass.
+What it leaves out: trees shaped by a budget (EAGLE-2's dynamic trees), trees in batches (batched.py), and learned
+draft heads (Medusa's, EAGLE's).
 """
 
 from dataclasses import dataclass, field
@@ -44,10 +49,6 @@ def check_rows(p, logits, model, t, tokens, generated):  # (n, V) probabilities 
     for i in range(p.size(0)):
         speculative.checked(p[i], logits[i], model, t + i, tokens, generated)
     return p
-
-
-def checked_probs(probs, logits, model, t, tokens, generated):  # (n, V) logits of positions t.. -> (n, V)
-    return check_rows(probs(logits), logits, model, t, tokens, generated)
 
 
 def propose_and_score(target, draft, tokens, k, probs, generator):
@@ -148,7 +149,7 @@ def typical_round(target, draft, tokens, k, probs, generator, epsilon, delta):
                       replacement=lambda p, q: p)
 
 
-# ---- several drafts at the root: recursive rejection sampling (SpecInfer; Jeon et al. 2024) --------------
+# ---- draft trees: several guesses at every depth, one target forward (SpecInfer; Sequoia; EAGLE-2) -----------
 
 def without(q, x):  # (V,), id -> (V,): q with x removed and renormalised (all-zero once q's support is used up)
     q = q.clone()
@@ -157,73 +158,87 @@ def without(q, x):  # (V,), id -> (V,): q with x removed and renormalised (all-z
     return q / total if total > 0 else q
 
 
-def multidraft_round(target, draft, tokens, k, probs, generator, n_drafts, replacement):
-    """n_drafts candidates for the first position, each with its own chain of k-1 more drafts (a tree of n
-    branches), all scored by ONE target forward. Lossless. Returns how many drafts of the accepted branch it
-    kept (0: no candidate accepted).
+def point_mass(q, x):  # (V,), id -> (V,): the q of a token chosen, not drawn (children="top")
+    q = torch.zeros_like(q)
+    q[x] = 1.0
+    return q
 
-    Root, recursive rejection sampling: r_1 = p_0. Candidate j was drawn from q_j (q itself with replacement;
-    without, q with c_1..c_{j-1} removed and renormalised, Jeon et al. 2024). Keep c_j with probability
-    min(1, r_j(c_j) / q_j(c_j)); else r_{j+1} = norm(max(0, r_j - q_j)) and try the next; if every candidate
-    fails, draw from r_{n+1}. Each step is one speculative step from q_j towards r_j, so the root token ~ p_0.
-    Then plain speculative verification continues along the accepted candidate's chain.
-    k="auto" is refused (its entry's auto_k=False): AutoK models token-wise rounds (Theorem 3.8) and times (K+1)-token
-    target forwards, which a tree is not.
-    """
-    if k == 0:  # the last token of a call, or at a window change: nothing to draft
-        return speculative.speculative_round(target, draft, tokens, 0, probs, generator)
-    t = len(tokens)
-    # 1. the candidates at the root: c_j ~ q_j
-    q = speculative.draft_probs(draft.logits(tokens, t, 1)[0], probs, t, tokens, t)  # (V,): the draft at position t
-    candidates, q_of = [], []  # c_j and the q_j it was drawn from
-    q_j = q
-    for _ in range(n_drafts):
-        if q_j.sum() <= 0:  # without replacement: q's whole support already tried
+
+def width(branches, d):  # children of each node at depth d (the root is depth 0): branches[d], then 1
+    return branches[d] if d < len(branches) else 1
+
+
+@dataclass
+class Tree:
+    """A round's draft tree above position t, stored level by level (breadth first: a parent before its children).
+    Node i holds a draft token at position t + depth[i] - 1; parents[i] is its parent node, or -1: it follows
+    x_{t-1} (the root). qs[i] is the q it was tested against: the one it was drawn from, or a point mass on it.
+    tokens [5, 7, 2], parents [-1, -1, 0]: 5 and 7 are guesses for position t, and 2 a guess after 5."""
+    tokens: list = field(default_factory=list)
+    parents: list = field(default_factory=list)
+    depth: list = field(default_factory=list)
+    qs: list = field(default_factory=list)
+
+    def add(self, x, parent, q):  # -> the new node's index
+        self.tokens.append(x)
+        self.parents.append(parent)
+        self.depth.append(1 if parent < 0 else self.depth[parent] + 1)
+        self.qs.append(q)
+        return len(self.tokens) - 1
+
+    def children(self, i):  # -> the nodes after node i (-1: the root), in the order they were drawn
+        return [j for j, parent in enumerate(self.parents) if parent == i]
+
+    def path(self, i):  # -> the nodes from the root to node i, i included
+        return (self.path(self.parents[i]) if self.parents[i] >= 0 else []) + [i]
+
+
+def draw_children(q, logits, m, children, replacement, generator):  # q (V,), logits (V,) -> [(token, its q)]
+    """The m guesses after one node. children="sample": drawn from the draft's q there, i.i.d. (replacement=True,
+    SpecInfer) or without replacement (Jeon et al. 2024: q_j is q with c_1..c_{j-1} removed; fewer than m once q's
+    support is used up). children="top": the draft's m most likely tokens (by its logits, whose order is q's and
+    still ranks the tokens q gives 0, as at T = 0), each tested against a point mass on itself."""
+    if children == "top":
+        return [(x, point_mass(q, x)) for x in torch.topk(logits, min(m, logits.size(-1))).indices.tolist()]
+    drawn, q_j = [], q
+    for _ in range(m):
+        if q_j.sum() <= 0:  # without replacement: q's whole support already drawn
             break
-        candidates.append(speculative.sample(q_j, generator))
-        q_of.append(q_j)
-        q_j = q if replacement else without(q_j, candidates[-1])
-    # 2. each candidate's chain: x_i ~ q(. | prefix, c_j, x_1..x_{i-1}), the branches side by side
-    branches = draft_branches(draft, tokens, t, candidates, q, k, probs, generator)  # (k tokens, k q's) each
-    # 3. the target scores every branch in ONE forward (tree attention): p_0 .. p_k of each (k+1, V)
-    ps = score_tree(target, tokens, t, [branch for branch, _ in branches])
-    ps = [checked_probs(probs, logits, "target", t, tokens, t) for logits in ps]
-    # 4. recursive rejection sampling at the root, then token-wise along the accepted branch
-    r = ps[0][0]  # p_0, the target at the root (the same in every branch)
-    for j, (c, q_j, (branch, qs), p) in enumerate(zip(candidates, q_of, branches, ps)):
-        if speculative.coin(accept_probability(r[c].item(), q_j[c].item()), generator):  # keep c_j: r_j / q_j
-            keep_branch(target, t, j, k)
-            tokens.extend(branch)  # ... and judge the rest of its chain token by token (Chen et al.)
-            return judge(target, draft, tokens, t, qs, p, tokenwise_accept, residual, generator, first=1)
-        r = residual(r, q_j)  # rejected: r_{j+1} = norm(max(0, r_j - q_j))
-    target.rollback(t)  # no branch kept: forget them all
-    tokens.append(speculative.sample(r, generator))
-    return 0
+        drawn.append((speculative.sample(q_j, generator), q_j))
+        q_j = q if replacement else without(q_j, drawn[-1][0])
+    return drawn
 
 
-def draft_branches(draft, tokens, t, candidates, q, k, probs, generator):
-    """-> [(branch j's k tokens, their k q's)]: each candidate c_j (drawn from q at position t) continued by k-1
-    drafts. All branches advance together, one draft forward per depth with one token per branch, each seeing the
-    prefix and its own branch (tree_attention, breadth first: token i's parent is token i - n). One candidate, or
-    a draft window that slides inside the round: the branches are drafted one after the other instead."""
-    n, branches = len(candidates), [([c], [q]) for c in candidates]
-    if n > 1 and window_end(t, draft.W) >= t + k - 1:  # several branches in one window: a tree
-        P = draft.model.cache_len  # x[s:t]: the draft read x_{t-1} for q
-        pos, mask = tree_attention(P, [-1] * n + list(range(n * (k - 2))), draft.device)
-        for i in range(1, k):  # feed the branches' tokens at position t+i-1, get their q at t+i
-            new = slice((i - 1) * n, i * n)
-            logits = draft.forward([seq[-1] for seq, _ in branches], pos=pos[new], mask=mask[new, :P + i * n])[0]
-            for (seq, qs), row in zip(branches, logits):  # (V,) each: branch j at t+i
-                qs.append(speculative.draft_probs(row, probs, t + i, tokens, t))
-                seq.append(speculative.sample(qs[i], generator))
-    else:  # one branch: a chain. subtle: if the draft's window slides inside the round, draft.logits re-fills it
-        for seq, qs in branches:
-            for i in range(1, k):
-                qs.append(speculative.draft_probs(draft.logits(tokens + seq, t + i, 1)[0], probs, t + i, tokens, t))
-                seq.append(speculative.sample(qs[i], generator))
-            draft.rollback(t)  # the next branch starts again from the root
-    draft.rollback(t)  # the next round re-reads whatever is kept
-    return branches
+def draft_tree(draft, tokens, t, k, branches, children, replacement, probs, generator):
+    """Step 1 of a tree round: the draft grows a tree of depth k above position t, level by level, ONE draft
+    forward per level over all of that level's nodes (tree attention in the draft's cache, as in the target's).
+    -> (Tree, how many nodes the draft's cache holds after x_{t-1}: those of depth < k, or 0). If the draft's
+    window slides inside the round, each node is read on its own instead (draft.logits re-fills the window)."""
+    tree, level = Tree(), [-1]  # the nodes whose children come next: first the root
+    logits = draft.logits(tokens, t, 1)  # (1, V): the draft at the root, after x_{t-1}
+    one_window = window_end(t, draft.W) >= t + k - 1
+    P = draft.model.cache_len  # x[s:t]; node i goes to slot P + i
+    for d in range(k):  # the children of the nodes at depth d sit at position t + d
+        new = []
+        for node, row in zip(level, logits):  # row (V,): the draft after node's path
+            q = speculative.draft_probs(row, probs, t + d, tokens, t)
+            new += [tree.add(x, node, q_x) for x, q_x in draw_children(
+                q, row, width(branches, d), children, replacement, generator)]
+        level = new
+        if d == k - 1:  # the leaves: the target scores them, the draft needs nothing after them
+            break
+        if one_window:  # level d+1 in one forward: each node sees the prefix and its own ancestors
+            pos, mask = tree_attention(P, tree.parents, draft.device)  # (nodes,), (nodes, P + nodes)
+            logits = draft.forward([tree.tokens[i] for i in new], pos=pos[new[0]:], mask=mask[new[0]:])[0]
+        else:  # subtle: the window slides inside the round: every node reads its own path from x[s(t+d+1):]
+            rows = []
+            for i in new:
+                draft.rollback(t)
+                rows.append(draft.logits(tokens + [tree.tokens[j] for j in tree.path(i)], t + d + 1, 1)[0])
+            logits = torch.stack(rows)  # (len(new), V)
+    if not one_window:
+        draft.rollback(t)  # the next round re-reads whatever is kept
+    return tree, sum(d < k for d in tree.depth) if one_window else 0
 
 
 def tree_attention(P, parents, device):  # P cached tokens, T parent indices -> pos (T,), mask (T, P+T)
@@ -244,38 +259,119 @@ def tree_attention(P, parents, device):  # P cached tokens, T parent indices -> 
     return torch.tensor(pos, device=device), mask.to(device)
 
 
-def score_tree(target, tokens, t, branches):  # CachedModel, ids, t, n lists of k ids -> n of (k+1, V) logits
-    """The target's logits for n branches of drafts at positions t..t+k-1, in ONE forward: the tokens its cache
-    lacks (x_{t-1} at least) in a chain, then the branches side by side, each after that chain. Branch j's rows
-    are p_0 (from x_{t-1}, shared) and p_1..p_k (from its own tokens). The cache then holds all of them: keep one
-    branch with keep_branch, or none with target.rollback(t)."""
-    k = len(branches[0])
+def score_tree(target, tokens, t, tree, k):  # CachedModel, ids, t, Tree of depth <= k -> logits (1 + nodes, V)
+    """Step 2: the target's logits at every node in ONE forward: the tokens its cache lacks (x_{t-1} at least) in a
+    chain, then the tree after them. Row 0 is p at the root (position t, after x_{t-1}), row 1 + i p after node i.
+    The cache then holds them all: keep_path keeps the accepted ones."""
     prefix = target.uncached(tokens, t, k + 1)  # slides the window if needed, like target.logits
-    ids, parents = list(prefix), list(range(-1, len(prefix) - 1))
-    for branch in branches:  # its first token follows x_{t-1}, each later one the token before it
-        parents += [len(prefix) - 1] + list(range(len(ids), len(ids) + k - 1))
-        ids += branch
+    parents = list(range(-1, len(prefix) - 1)) + [len(prefix) + j if j >= 0 else len(prefix) - 1 for j in tree.parents]
     pos, mask = tree_attention(target.model.cache_len, parents, target.device)
-    logits = target.forward(ids, pos=pos, mask=mask)[0]  # (T, V)
-    root, rows = logits[len(prefix) - 1:len(prefix)], logits[len(prefix):]  # (1, V), (n k, V)
-    return [torch.cat([root, rows[j * k:(j + 1) * k]]) for j in range(len(branches))]
+    return target.forward(prefix + tree.tokens, pos=pos, mask=mask)[0, len(prefix) - 1:]  # (1 + nodes, V)
 
 
-def keep_branch(target, t, j, k):
-    """After score_tree: keep branch j's k tokens in the target's cache, right after x_{t-1}; forget the others."""
-    first = t - target.start  # the cache slot of position t: the first branch starts there
-    target.model.compact(first, list(range(first + j * k, first + (j + 1) * k)))
+def walk_tree(tree, p, generator):  # Tree, p (1 + nodes, V) -> (kept nodes, the token after them, what was tested)
+    """Step 3: from the root down. At a node, r = p there; try its children in the order they were drawn: keep
+    child c_j with probability min(1, r(c_j) / q_j(c_j)) and go down to it; else r = norm(max(0, r - q_j)), the
+    next child. All rejected: the next token ~ r. A leaf: the bonus token ~ p there. Each try is one speculative
+    step from q_j towards r, so the token after the kept path is distributed as p (SpecInfer, Jeon et al.).
+    tested: (depth, sibling rank, kept?) for every child tried, for the acceptance by depth and rank."""
+    node, path, tested = -1, [], []
+    while True:
+        r = p[node + 1]  # the target after the path so far
+        for rank, child in enumerate(tree.children(node)):
+            x, q = tree.tokens[child], tree.qs[child]
+            kept = speculative.coin(accept_probability(r[x].item(), q[x].item()), generator)
+            tested.append((tree.depth[child], rank, kept))
+            if kept:
+                break
+            r = residual(r, q)  # rejected: the next sibling is tested against what is left of p
+        else:  # every child rejected, or none (a leaf)
+            return path, speculative.sample(r, generator), tested
+        node = child
+        path.append(node)
 
 
-def tokenwise_accept(p, q, x):  # Chen et al.'s rule: min(1, p(x) / q(x))
-    return accept_probability(p[x].item(), q[x].item())
+def keep_path(model, t, path, cached):  # CachedModel, kept nodes, nodes its cache holds after x_{t-1}
+    """After a tree forward: keep the kept nodes in the cache, right after x_{t-1}; forget the other nodes."""
+    first = t - model.start  # the cache slot of position t: node 0 sits there
+    model.model.compact(first, [first + i for i in path if i < cached])
+
+
+tree_trace = None  # a list to append each tree round's (K, nodes, tested) to (bench.tree_report); None: nothing kept
+
+
+def tree_round(target, draft, tokens, k, probs, generator, branches, children, replacement):
+    """A tree of drafts of depth k (SpecInfer, Miao et al. 2024; Sequoia; EAGLE-2): each node at depth d-1 (the
+    root: depth 0) has branches[d-1] children at depth d, 1 beyond len(branches). The draft grows it one
+    forward per level, the target scores every node in ONE forward, walk_tree keeps a path, and both caches keep
+    that path only. Appends 1..k+1 tokens; returns how many drafts it kept. Lossless for children="sample" and
+    "top" alike (the shape and the guesses depend only on the draft's outputs). k="auto" is refused (its entry's
+    auto_k=False): AutoK models token-wise rounds (Theorem 3.8) and times (K+1)-token forwards, which a tree's are not.
+    """
+    if k == 0:  # the last token of a call, or at a window change: nothing to draft
+        return speculative.speculative_round(target, draft, tokens, 0, probs, generator)
+    t = len(tokens)
+    tree, draft_cached = draft_tree(draft, tokens, t, k, branches, children, replacement, probs, generator)  # 1.
+    logits = score_tree(target, tokens, t, tree, k)  # 2. (1 + nodes, V), ONE target forward
+    p = probs(logits)
+    for i, d in enumerate([0] + tree.depth):  # every row checked, as the variants do: row i at position t + d
+        speculative.checked(p[i], logits[i], "target", t + d, tokens, t)
+    path, after, tested = walk_tree(tree, p, generator)  # 3.
+    keep_path(target, t, path, len(tree.tokens))
+    keep_path(draft, t, path, draft_cached)
+    tokens += [tree.tokens[i] for i in path] + [after]
+    if tree_trace is not None:
+        tree_trace.append((k, len(tree.tokens), tested))
+    return len(path)
+
+
+def multidraft_round(target, draft, tokens, k, probs, generator, n_drafts, replacement):
+    """n_drafts candidates at the root, each continued by a chain of k-1 drafts: the tree of branches=(n_drafts,)
+    with sampled children. At the root this is recursive rejection sampling (r_1 = p_0; keep c_j with probability
+    min(1, r_j(c_j) / q_j(c_j)), else r_{j+1} = norm(max(0, r_j - q_j))), then token-wise along the kept chain."""
+    return tree_round(target, draft, tokens, k, probs, generator, (n_drafts,), "sample", replacement)
+
+
+def expected_accepted(acceptance, widths):  # {(depth, rank): a}, children per node at depth 1..K -> E[kept]
+    """Theorem 3.8 has no tree form; this is its analogue for a fixed shape, from acceptance measured by depth d and
+    sibling rank j: a_{d,j} = P(the j-th child is kept | its parent was kept, siblings 0..j-1 were not). The walk
+    goes below depth d-1 with beta_d = 1 - prod_j (1 - a_{d,j}), so E[drafts kept] = sum_d prod_{i <= d} beta_i.
+    A chain (widths all 1, a_{d,0} = alpha) gives alpha + ... + alpha^K, Theorem 3.8's E[tokens] - 1."""
+    total, reach = 0.0, 1.0
+    for d, m in enumerate(widths, start=1):
+        miss = 1.0
+        for j in range(m):
+            miss *= 1.0 - acceptance.get((d, j), 0.0)
+        reach *= 1.0 - miss
+        total += reach
+    return total
+
+
+def acceptance_by_depth_and_rank(trace):  # tree_trace's entries -> {(depth, rank): kept / tested}
+    tried, kept = {}, {}
+    for _, _, tested in trace:
+        for d, j, ok in tested:
+            tried[d, j] = tried.get((d, j), 0) + 1
+            kept[d, j] = kept.get((d, j), 0) + ok
+    return {key: kept[key] / tried[key] for key in tried}
+
+
+def check_tree(branches, children, replacement):
+    if not isinstance(branches, tuple) or not all(isinstance(b, int) and not isinstance(b, bool) and b >= 1
+                                                  for b in branches):
+        raise ValueError(f"branches must be a tuple of ints >= 1, the children of each node at depth 0, 1, ... "
+                         f"(e.g. (2, 2); --branches 2,2), got {branches!r}")
+    if children not in ("sample", "top"):
+        raise ValueError(f"children must be 'sample' (drawn from the draft's q) or 'top' (its most likely tokens, "
+                         f"each a point mass), got {children!r}")
+    if not isinstance(replacement, bool):
+        raise ValueError(f"replacement must be True (i.i.d. children) or False (distinct), got {replacement!r}")
 
 
 def check_multidraft(n_drafts, replacement):
     if not isinstance(n_drafts, int) or n_drafts < 1:
         raise ValueError(f"n_drafts (candidates at the root) must be an int >= 1, got {n_drafts!r}")
-    if not isinstance(replacement, bool):
-        raise ValueError(f"replacement must be True (i.i.d. candidates) or False (distinct), got {replacement!r}")
+    check_tree((n_drafts,), "sample", replacement)
 
 
 def check_lenient(lenience):
@@ -411,9 +507,15 @@ speculative.ROUNDS.update(
                      help=dict(epsilon="with --verify typical (LOSSY): hard threshold",
                                delta="with --verify typical (LOSSY): entropy-scaled threshold")),
     multidraft=Verifier(multidraft_round, dict(n_drafts=2, replacement=False), check=check_multidraft, auto_k=False,
-                        doc="several drafts at the root, one tree forward (SpecInfer; Jeon et al. 2024): lossless",
+                        doc="several drafts at the root, one tree forward (SpecInfer; Jeon et al. 2024): lossless; "
+                            "the tree with branches=(n_drafts,)",
                         help=dict(n_drafts="with --verify multidraft: candidates at the root",
-                                  replacement="with --verify multidraft: i.i.d. candidates (default: distinct)")),
+                                  replacement="with --verify multidraft or tree: i.i.d. candidates (default: distinct)")),
+    tree=Verifier(tree_round, dict(branches=(2, 2), children="sample", replacement=False), check=check_tree,
+                  auto_k=False, doc="a draft tree of depth K, one target forward (SpecInfer, Sequoia, EAGLE-2): lossless",
+                  help=dict(branches="with --verify tree: children of each node at depth 0, 1, ..., then 1 (e.g. 2,2)",
+                            children="with --verify tree: sample (drawn from the draft's q) or top (its most likely "
+                                     "tokens, each a point mass)")),
 )
 
 

@@ -1,0 +1,193 @@
+"""Draft trees (variants.tree_round): every branch of the real code enumerated, as in tests/test_variants.py, for
+both children rules (sampled, i.i.d. or without replacement; the draft's top tokens as point masses), depths 1..3,
+temperatures, top-k, top-p, sliding windows and K larger than the tokens left; then real GPTs (eager and fast,
+the tree in both caches), a chi-square test, greedy trees against plain greedy, and planted bugs the checks catch."""
+
+import pytest
+import torch
+
+import speculative
+import variants
+from fast import FastGPT
+from speculative import autoregressive_generate, speculative_generate
+from tests.conftest import TableModel, random_gpt
+from tests.test_exact_enumeration import assert_same_distribution, enumerate_branches
+from tests.test_statistics import chi2_critical, chi_square, exact_joint, next_probs, sample_continuations
+from tests.test_variants import first_round_tokens, output_distribution
+from variants import NGramDraft, Tree, expected_accepted, total_variation
+
+T1, K2 = dict(temperature=1.0), dict(temperature=1.0, top_k=2)  # K2: q's support has 2 tokens, fewer branches
+
+CASES = [  # (k, n new tokens, sampling, target block_size, draft block_size, branches, children, replacement)
+    (1, 3, T1, 8, 8, (2,), "sample", False),
+    (2, 3, T1, 8, 8, (2, 2), "sample", False),
+    (2, 3, T1, 8, 8, (1, 2), "sample", True),  # i.i.d. children: the same token can be tried twice
+    (2, 3, T1, 8, 8, (3, 2), "top", False),
+    (3, 4, K2, 8, 8, (2, 2), "sample", False),  # depth 3
+    (3, 4, T1, 8, 8, (2, 2), "top", False),
+    (2, 3, dict(temperature=2.0), 8, 8, (2,), "top", False),
+    (2, 3, dict(temperature=0.5, top_k=2), 8, 8, (2, 2), "sample", True),
+    (2, 3, dict(temperature=0.0), 8, 8, (2, 2), "top", False),  # greedy: one-hot p and q
+    (2, 3, dict(temperature=0.0), 8, 8, (2, 2), "sample", False),
+    (2, 4, dict(temperature=0.8, top_p=0.8), 4, 6, (2, 2), "sample", False),  # the windows slide
+    (2, 4, dict(temperature=1.0, top_p=0.8), 4, 6, (2, 2), "top", False),
+    (3, 3, T1, 8, 3, (2, 2), "top", False),  # the draft's window slides inside rounds: node by node
+    (3, 2, T1, 8, 8, (2, 2), "top", False),  # K larger than the tokens left (n = 2: K = 1)
+]
+
+
+@pytest.mark.parametrize("k,n,sampling,w_target,w_draft,branches,children,replacement", CASES)
+def test_tree_output_distribution_equals_target_exactly(k, n, sampling, w_target, w_draft, branches, children,
+                                                        replacement, monkeypatch):
+    got, want = output_distribution(monkeypatch, n, k, sampling, w_target, w_draft, verify="tree", branches=branches,
+                                    children=children, replacement=replacement)
+    assert_same_distribution(got, want)
+
+
+@pytest.mark.parametrize("children", ["sample", "top"])
+def test_tree_with_the_ngram_draft_is_exact(children, monkeypatch):
+    """A point-mass q: "sample" draws its one token once, "top" adds the draft's next guesses (ties at q = 0)."""
+    got, want = output_distribution(monkeypatch, 3, 2, T1, draft=NGramDraft(3, n=2), verify="tree", branches=(2, 2),
+                                    children=children)
+    assert_same_distribution(got, want)
+
+
+@pytest.mark.parametrize("children,replacement", [("sample", False), ("sample", True), ("top", False)])
+def test_enumeration_detects_a_residual_not_updated_after_a_rejected_sibling(children, replacement, monkeypatch):
+    """The planted bug, once per rule: the next sibling tested against p again instead of norm(max(0, p - q_j))."""
+    monkeypatch.setattr(variants, "residual", lambda p, q: p)
+    branches = (2, 2) if children == "top" else (1, 2)  # siblings at depth 2 (the root's are multidraft's test)
+    got, want = output_distribution(monkeypatch, 3, 2, T1, verify="tree", branches=branches, children=children,
+                                    replacement=replacement)
+    assert total_variation(got, want) > 1e-3, total_variation(got, want)
+
+
+def test_enumeration_detects_top_children_tested_against_the_drafts_q(monkeypatch):
+    """A top child is chosen, not drawn from q: testing it with min(1, p/q) instead of its point mass is biased."""
+    monkeypatch.setattr(variants, "point_mass", lambda q, x: q)
+    got, want = output_distribution(monkeypatch, 3, 2, T1, verify="tree", branches=(2, 2), children="top")
+    assert total_variation(got, want) > 1e-3
+
+
+def test_multidraft_is_the_tree_with_branches_n():
+    """Same seed, same tokens: multidraft runs the tree code, not a second implementation."""
+    target, draft = random_gpt(0, vocab_size=11, block_size=16, sharpness=3.0), random_gpt(
+        1, vocab_size=11, block_size=16, n_layer=1, n_head=1, n_embd=8, sharpness=3.0)
+    run = lambda **verify: speculative_generate(target, draft, torch.tensor([[3, 1, 4]]), 40, k=3,
+                                                generator=torch.Generator().manual_seed(0), **verify)[0].tolist()
+    assert run(verify="multidraft", n_drafts=3, replacement=True) == run(
+        verify="tree", branches=(3,), children="sample", replacement=True)
+
+
+def test_a_tree_keeps_more_tokens_per_round_than_a_chain(monkeypatch):
+    """Exact expected tokens of the first round on the toy pair, K = 2: more guesses at each depth, more kept."""
+    chain = first_round_tokens(monkeypatch, 2, T1)
+    for children in ("sample", "top"):
+        tree = first_round_tokens(monkeypatch, 2, T1, verify="tree", branches=(2, 2), children=children)
+        assert tree > chain + 1e-3, (children, tree, chain)
+    assert abs(first_round_tokens(monkeypatch, 2, T1, verify="tree", branches=(1,)) - chain) < 1e-12  # a chain
+
+
+@pytest.mark.parametrize("decoder", ["eager", "fast"])
+@pytest.mark.parametrize("children,sampling", [("top", T1), ("sample", dict(temperature=1.0, top_k=2))])
+def test_tree_on_real_gpts_gives_the_target_exactly(decoder, children, sampling, monkeypatch):
+    """Through model.py's (or fast.py's) tree attention in BOTH caches and their compaction: the window of 8
+    slides at position 8, and a tree of 2 x 2 holds more tokens than the window has positions. Within 1e-5:
+    float32 logits of a tree forward differ from a full forward's by rounding."""
+    target, draft = random_gpt(0), random_gpt(1, n_layer=1, n_embd=8, n_head=1)
+    prompt = [1, 4, 2, 0, 3]
+    want = exact_joint(target, prompt, 4, **sampling)  # from full, uncached forwards
+    if decoder == "fast":
+        target, draft = FastGPT(target), FastGPT(draft)
+    run = lambda: speculative_generate(target, draft, torch.tensor([prompt]), 4, k=2, verify="tree", branches=(2, 2),
+                                       children=children, **sampling)[0][0, len(prompt):].tolist()
+    assert_same_distribution(enumerate_branches(run, monkeypatch), want, tol=1e-5)
+
+
+def test_tree_samples_pass_chi_square_against_exact_target(gpt_pair):
+    """Real GPTs, sampled children, depth 2: false-alarm rate 1e-3 (one chi-square test at its 0.999 quantile)."""
+    target, draft = gpt_pair
+    prompt, N = [1, 4, 2, 0, 3, 1], 1500
+    joint = exact_joint(target, prompt, 3)
+    counts = sample_continuations(target, draft, prompt, 3, N, seed=0, k=2, verify="tree", branches=(2, 2))
+    stat, df = chi_square(counts, joint, N)
+    assert stat < chi2_critical(df, 1e-3), f"chi-square {stat:.1f} with {df} dof: not the target's distribution"
+
+
+@pytest.mark.parametrize("children", ["top", "sample"])
+def test_greedy_tree_equals_greedy_plain(children):
+    target = random_gpt(0, vocab_size=11, block_size=16, sharpness=3.0)
+    draft = random_gpt(1, vocab_size=11, block_size=16, n_layer=1, n_head=1, n_embd=8, sharpness=3.0)
+    prompt = torch.tensor([[3, 1, 4, 1, 5]])
+    plain, _ = autoregressive_generate(target, prompt, 40, temperature=0.0)
+    tree, stats = speculative_generate(target, draft, prompt, 40, k=3, temperature=0.0, verify="tree",
+                                       branches=(2, 2), children=children)
+    assert tree.tolist() == plain.tolist()
+    assert stats.target_calls == len(stats.rounds), "one target forward per round, however large the tree"
+
+
+def test_the_draft_grows_the_tree_one_forward_per_level():
+    """K draft forwards per round (the root, then one per level) where the draft's window holds the round, and
+    node by node where it slides inside it."""
+    target = random_gpt(0, vocab_size=11, block_size=16, sharpness=3.0)
+    draft = random_gpt(1, vocab_size=11, block_size=12, n_layer=1, n_head=1, n_embd=8, sharpness=3.0)
+    _, stats = speculative_generate(target, draft, torch.tensor([[3, 1, 4]]), 30, k=3, verify="tree",
+                                    branches=(2, 2), children="top", generator=torch.Generator().manual_seed(0))
+    one_window = lambda t, K: speculative.window_end(t, 12) >= t + K - 1
+    nodes_fed = lambda K: sum(2 ** min(d, 2) for d in range(1, K))  # top: exactly 2, 4, 4, ... nodes per level
+    assert stats.draft_calls == sum(K if one_window(t, K) else 1 + nodes_fed(K) for t, K, _ in stats.rounds if K)
+    assert any(not one_window(t, K) for t, K, _ in stats.rounds if K > 1), "the test should cover both paths"
+
+
+@pytest.mark.parametrize("decoder", ["eager", "fast"])
+def test_every_nodes_q_equals_the_drafts_full_forward_over_its_path(decoder, monkeypatch):
+    """The draft's side of the tree, against the naive path: each node was drawn from q at its parent, which must
+    equal the draft's uncached forward over the window and the parent's path. Rounds after the first read their
+    root q from the cache that compact() left, and the window of 12 slides inside some rounds (node by node)."""
+    target = random_gpt(0, vocab_size=11, block_size=16, sharpness=3.0)
+    model = random_gpt(1, vocab_size=11, block_size=12, n_layer=1, n_head=1, n_embd=8, sharpness=3.0)
+    draft, real, trees = (FastGPT(model) if decoder == "fast" else model), variants.draft_tree, []
+
+    def draft_tree_checked(drf, tokens, t, k, *args):
+        tree, cached = real(drf, tokens, t, k, *args)
+        for i in range(len(tree.tokens)):
+            want = next_probs(model, tokens + [tree.tokens[j] for j in tree.path(i)[:-1]])
+            assert (tree.qs[i] - want).abs().max().item() < 1e-5, f"node {i} of {tree.parents} at t={t}"
+        trees.append(len(tree.tokens))
+        return tree, cached
+
+    monkeypatch.setattr(variants, "draft_tree", draft_tree_checked)
+    speculative_generate(target, draft, torch.tensor([[3, 1, 4]]), 30, k=3, verify="tree", branches=(2, 2),
+                         replacement=True, generator=torch.Generator().manual_seed(0))
+    assert len(trees) > 5
+
+
+def test_expected_accepted_is_theorem_3_8_for_a_chain_and_grows_with_siblings():
+    alpha, K = 0.7, 4
+    chain = expected_accepted({(d, 0): alpha for d in range(1, K + 1)}, [1] * K)
+    assert abs(chain - ((1 - alpha ** (K + 1)) / (1 - alpha) - 1)) < 1e-12
+    tree = expected_accepted({(d, j): alpha for d in range(1, K + 1) for j in range(2)}, [2, 2, 1, 1])
+    beta = 1 - 0.3 ** 2  # two tries at depths 1 and 2
+    assert abs(tree - (beta + beta ** 2 + beta ** 2 * alpha + beta ** 2 * alpha ** 2)) < 1e-12
+
+
+def test_tree_path_and_children_follow_the_parents():
+    tree = Tree()
+    for x, parent in [(5, -1), (7, -1), (2, 0), (4, 1), (9, 2)]:
+        tree.add(x, parent, None)
+    assert tree.children(-1) == [0, 1] and tree.children(0) == [2] and tree.path(4) == [0, 2, 4]
+    assert tree.depth == [1, 1, 2, 2, 3]
+
+
+@pytest.mark.parametrize("kwargs,message", [
+    (dict(branches=(2, 0)), "branches must be a tuple of ints >= 1"),
+    (dict(branches=2), "branches must be a tuple of ints >= 1"),
+    (dict(children="best"), "children must be 'sample'"),
+    (dict(replacement=1), "replacement must be True"),
+    (dict(k="auto"), "verify='tree': k='auto' chooses K for token-wise rounds"),
+])
+def test_bad_tree_arguments_are_refused_clearly(kwargs, message):
+    k = kwargs.pop("k", 2)
+    with pytest.raises(ValueError, match=message):
+        speculative_generate(TableModel(seed=0), TableModel(seed=1), torch.tensor([[2, 0]]), 3, k=k, verify="tree",
+                             **kwargs)
