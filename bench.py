@@ -8,6 +8,7 @@ speedup that Leviathan et al. 2023, Theorem 3.8, predicts from the measured acce
     python bench.py --k 4 --draft checkpoints/draft.pt,ngram --verify tokenwise,block   # variants.py, one table
     python bench.py --init_from gpt2-xl --draft gpt2 --device cuda --k 4,6   # pretrained GPT-2 (transformers)
     python bench.py --batch 1,2,4,8,16 --k 4,auto --settings t1.0   # batched.py: B rows at once (see batch_bench)
+    python bench.py --tree_shapes 1 2 2,2 4,2 --k 2,3,4 --settings t1.0   # draft trees (see tree_report)
 
 For each setting and K it reports tokens/s of both samplers (median over --repeats), the speedup, alpha (the
 per-token acceptance probability, estimated from the rounds: kept / (kept + rejections)), tokens per target
@@ -36,8 +37,8 @@ from hf import GPT2_NAMES  # pretrained GPT-2 through transformers (optional; im
 from model import SHIPPED
 from cpu import add_threads_argument, use_threads
 from sample import (HELP, add_plugin_argument, add_registry_arguments, check_draft_arguments,
-                    check_verify_arguments, given, import_plugins, load, make_draft, parse_k, shown, verifier_names,
-                    verify_params)
+                    check_verify_arguments, given, import_plugins, int_tuple, load, make_draft, parse_k, shown,
+                    verifier_names, verify_params)
 from speculative import autoregressive_generate, round_for, speculative_generate
 from variants import DRAFTS
 
@@ -78,9 +79,17 @@ def get_args(argv=None):
     ap.add_argument("--batch", default=None,
                     help="comma-separated batch sizes, e.g. 1,2,4,8,16: time batched.py's samplers instead (B prompts "
                          "of different lengths at once; model.py's per-row cache, so --decoder is not used)")
+    ap.add_argument("--tree_shapes", nargs="+", type=int_tuple, default=None,
+                    help="draft trees instead, e.g. 1 2 2,2 4,2: each a --branches shape, at each --k, both --children "
+                         "rules unless one is given, beside plain sampling (see tree_report)")
     ap.add_argument("--hf", action="store_true",
                     help="also time transformers' assisted generation (generate(assistant_model=...)) on the exported pair")
     args = ap.parse_args(argv)
+    for shape in args.tree_shapes or []:
+        try:
+            round_for("tree", 2, branches=shape)
+        except ValueError as e:
+            ap.error(f"--tree_shapes: {e}")
     try:
         args.k = [parse_k(k) for k in args.k.split(",")]
     except argparse.ArgumentTypeError as e:
@@ -201,6 +210,8 @@ def main(argv=None):
     target, tmeta = load(args.target, args.device, "target")
     if args.batch:
         return batch_bench(args, target, load(args.draft, args.device, "draft")[0], tmeta)
+    if args.tree_shapes:
+        return tree_report(args, target, load(args.draft, args.device, "draft")[0], tmeta)
     variants = []  # (label, draft, verify keyword arguments): every --draft with every --verify
     for path in args.draft.split(","):
         draft, dmeta = (make_draft(args, path, target), tmeta) if path in DRAFTS else load(path, args.device, "draft")
@@ -390,6 +401,100 @@ def batch_bench(args, target, draft, tmeta):
         with open(args.json, "w") as fh:
             json.dump(dict(target=shown(args.target), draft=shown(args.draft), device=args.device, machine=machine(),
                            batch_rows=rows), fh, indent=1)
+
+
+def tree_report(args, target, draft, tmeta):
+    """Draft trees (variants.tree_round), each --tree_shapes shape at each fixed K, beside plain sampling,
+    interleaved as in main. The shape 1 is the chain. Per row: tree nodes per round; tokens per target call;
+    tokens per round, measured on the rounds of the full depth K and predicted from their acceptance by depth and
+    sibling rank (variants.expected_accepted: Theorem 3.8 has no tree form), its own and the widest tree's (out of
+    sample); v(nodes), the tree forward's cost in target steps; c, one draft forward (a whole level) in target
+    steps; tok/s, speedup, and the speedup that the prediction gives with this v and with v = 1 (a GPU, where a
+    forward of up to ~64 tokens costs about one step): tokens per round / (K c + v)."""
+    import variants
+    prompts = [p.to(args.device) for p in
+               held_out_prompts(data.Tokenizer(tmeta["tokenizer"]), args.prompts, args.prompt_len, args.corpus)]
+    sizes = f"({target.num_params() / 1e6:.2f}M), draft {shown(args.draft)} ({draft.num_params() / 1e6:.2f}M)"
+    target, draft = with_decoder(args.decoder[0], target, draft)
+    rules = [args.children] if args.children else ["sample", "top"]
+    replacement = bool(args.replacement)
+    cols = [None] + [(K, shape, rule) for K in args.k if K != "auto" for rule in rules for shape in args.tree_shapes]
+    gen, n, rows = torch.Generator(device=args.device), args.max_new_tokens, []
+    run = lambda col, prompt, seed, sampling: (
+        autoregressive_generate(target, prompt, n, generator=gen.manual_seed(seed), **sampling) if col is None else
+        speculative_generate(target, draft, prompt, n, k=col[0], verify="tree", branches=col[1], children=col[2],
+                             replacement=replacement, generator=gen.manual_seed(seed), **sampling))[1]
+    for name in args.settings:
+        sampling = SETTINGS[name]
+        for col in cols:  # warm-up
+            run(col, prompts[0], 0, sampling)
+        stats, traces = {col: [] for col in cols}, {col: [] for col in cols}
+        tps = {col: [] for col in cols}
+        for rep in range(args.repeats):  # interleaved: each prompt through every column before the next prompt
+            done = {col: [0, 0.0] for col in cols}  # new tokens, seconds
+            for i, prompt in enumerate(prompts):
+                for col in cols:
+                    variants.tree_trace = []
+                    s = run(col, prompt, 1000 * rep + i, sampling)
+                    stats[col].append(s)
+                    traces[col] += variants.tree_trace
+                    done[col][0] += s.new_tokens
+                    done[col][1] += s.total_time
+            for col in cols:
+                tps[col].append(done[col][0] / done[col][1])
+        variants.tree_trace = None
+        step = statistics.median(steady(s.target_times) for s in stats[None])  # one target step, from plain sampling
+        plain = statistics.median(tps[None])
+        for col in cols[1:]:
+            K, shape, rule = col
+            full = [entry for entry in traces[col] if entry[0] == K]  # rounds of the full depth K
+            measured = statistics.mean(1 + sum(kept for _, _, kept in tested) for _, _, tested in full)
+            widths = [variants.width(shape, d) for d in range(K)]
+            acceptance = variants.acceptance_by_depth_and_rank(full)
+            predicted_tokens = 1 + variants.expected_accepted(acceptance, widths)
+            c = statistics.median(steady(s.draft_times) for s in stats[col]) / step
+            v = statistics.median(steady(s.target_times) for s in stats[col]) / step
+            spec = statistics.median(tps[col])
+            rows.append(dict(setting=name, K=K, branches=shape, children=rule, replacement=replacement,
+                             nodes=statistics.mean(nodes for _, nodes, _ in full),
+                             tokens_per_call=sum(s.new_tokens for s in stats[col]) / sum(s.target_calls for s in stats[col]),
+                             measured=measured, predicted=predicted_tokens, v=v, c=c, plain_tps=plain, spec_tps=spec,
+                             speedup=spec / plain, with_v=predicted_tokens / (K * c + v),
+                             gpu=predicted_tokens / (K * c + 1.0),
+                             acceptance={f"{d},{j}": a for (d, j), a in sorted(acceptance.items())}))
+    for r in rows:  # out of sample: every shape predicted from the acceptance of the widest tree of its K and rule
+        widest = max((w for w in rows if (w["setting"], w["K"], w["children"]) == (r["setting"], r["K"], r["children"])),
+                     key=lambda w: w["nodes"])
+        acceptance = {tuple(map(int, key.split(","))): a for key, a in widest["acceptance"].items()}
+        r["from_widest"] = 1 + variants.expected_accepted(acceptance, [variants.width(r["branches"], d) for d in range(r["K"])])
+    print(f"draft trees: target {shown(args.target)} {sizes}; {args.prompts} held-out prompts x {n} new tokens, median of "
+          f"{args.repeats}; decoder {args.decoder[0]}; children without replacement unless replacement=True "
+          f"({replacement}); device {args.device}; {machine()}")
+    print("tokens/round: on the rounds of the full depth K. predicted: from this shape's own acceptance by depth and "
+          "sibling rank (equal to the measurement when every node of a depth has as many children: the rates "
+          "telescope); from widest: from the acceptance of the widest tree of the same K and rule, out of sample. "
+          "Speedups predicted: predicted tokens/round / (K c + v), and with v = 1 (a GPU)")
+    print("| setting | K | branches | children | nodes | tok/call | tokens/round | predicted | from widest | "
+          "widest / measured | v(nodes) | c | plain tok/s | tree tok/s | speedup | predicted, this v | predicted, v = 1 |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    for r in rows:
+        print(f"| {r['setting']} | {r['K']} | {','.join(map(str, r['branches']))} | {r['children']} | "
+              f"{r['nodes']:.1f} | {r['tokens_per_call']:.2f} | {r['measured']:.3f} | {r['predicted']:.3f} | "
+              f"{r['from_widest']:.3f} | {r['from_widest'] / r['measured']:.1%} | {r['v']:.2f} | {r['c']:.3f} | "
+              f"{r['plain_tps']:.0f} | {r['spec_tps']:.0f} | {r['speedup']:.2f}x | {r['with_v']:.2f}x | {r['gpu']:.2f}x |")
+    for r in rows:  # each tree against the chain of the same depth: tokens per target call, same forwards per round
+        chain = next((c for c in rows if (c["setting"], c["K"], c["children"]) == (r["setting"], r["K"], r["children"])
+                      and c["branches"] == (1,)), None)
+        if chain and r is not chain:
+            print(f"{r['setting']}, K={r['K']}, {r['children']}, branches {','.join(map(str, r['branches']))}: "
+                  f"{r['tokens_per_call'] / chain['tokens_per_call'] - 1:+.1%} tokens per target call against the chain "
+                  f"({r['tokens_per_call']:.2f} against {chain['tokens_per_call']:.2f}), v {r['v']:.2f} against "
+                  f"{chain['v']:.2f}; acceptance by depth,rank: "
+                  + ", ".join(f"{key} {a:.2f}" for key, a in r["acceptance"].items()))
+    if args.json:
+        with open(args.json, "w") as fh:
+            json.dump(dict(target=shown(args.target), draft=shown(args.draft), device=args.device, machine=machine(),
+                           tree_rows=[{**r, "branches": list(r["branches"])} for r in rows]), fh, indent=1)
 
 
 @torch.no_grad()
