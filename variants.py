@@ -29,8 +29,9 @@ A draft tree (tree_round; multidraft is its special case branches=(n,)) is grown
 level and scored in ONE target forward with a tree attention mask (tree_attention, model.GPT's pos and mask);
 both caches then keep the accepted path (compact). Children are sampled without replacement by default (Jeon et
 al. 2024; replacement=True: i.i.d., SpecInfer) or are the draft's top tokens, each tested as a point mass.
-What it leaves out: trees shaped by a budget (EAGLE-2's dynamic trees), trees in batches (batched.py), and learned
-draft heads (Medusa's, EAGLE's).
+budget=N grows at most N nodes where the draft's path probability is highest (after EAGLE-2's dynamic trees).
+What it leaves out: EAGLE-2's reranking of the grown tree (it would drop sampled nodes by their own values, which
+is not exact), trees in batches (batched.py), and learned draft heads (Medusa's, EAGLE's).
 """
 
 from dataclasses import dataclass, field
@@ -209,36 +210,44 @@ def draw_children(q, logits, m, children, replacement, generator):  # q (V,), lo
     return drawn
 
 
-def draft_tree(draft, tokens, t, k, branches, children, replacement, probs, generator):
+def draft_tree(draft, tokens, t, k, branches, children, replacement, probs, generator, budget=0):
     """Step 1 of a tree round: the draft grows a tree of depth k above position t, level by level, ONE draft
     forward per level over all of that level's nodes (tree attention in the draft's cache, as in the target's).
-    -> (Tree, how many nodes the draft's cache holds after x_{t-1}: those of depth < k, or 0). If the draft's
-    window slides inside the round, each node is read on its own instead (draft.logits re-fills the window)."""
-    tree, level = Tree(), [-1]  # the nodes whose children come next: first the root
+    budget=N (0: none): at most N nodes, and a level's nodes get their children best first, by the draft's path
+    probability (the product of q along the path, EAGLE-2), until N is spent: the likely paths grow deeper. Still
+    exact: how many children a node gets is fixed before they are drawn, from tokens already drawn.
+    -> (Tree, how many nodes the draft's cache holds after x_{t-1}, or 0). If the draft's window slides inside
+    the round, each node is read on its own instead (draft.logits re-fills the window)."""
+    tree, level, reach = Tree(), [-1], {-1: 1.0}  # level: the nodes whose children come next; reach: path probability
     logits = draft.logits(tokens, t, 1)  # (1, V): the draft at the root, after x_{t-1}
     one_window = window_end(t, draft.W) >= t + k - 1
-    P = draft.model.cache_len  # x[s:t]; node i goes to slot P + i
+    P, fed = draft.model.cache_len, 0  # x[s:t]; node i goes to slot P + i
     for d in range(k):  # the children of the nodes at depth d sit at position t + d
-        new = []
-        for node, row in zip(level, logits):  # row (V,): the draft after node's path
-            q = speculative.draft_probs(row, probs, t + d, tokens, t)
-            new += [tree.add(x, node, q_x) for x, q_x in draw_children(
-                q, row, width(branches, d), children, replacement, generator)]
-        level = new
-        if d == k - 1:  # the leaves: the target scores them, the draft needs nothing after them
+        new, order = [], sorted(range(len(level)), key=lambda i: -reach[level[i]]) if budget else range(len(level))
+        for i in order:  # logits[i] (V,): the draft after level[i]'s path
+            m = width(branches, d) if not budget else min(width(branches, d), budget - len(tree.tokens))
+            if m <= 0:  # the budget is spent
+                break
+            q = speculative.draft_probs(logits[i], probs, t + d, tokens, t)
+            for x, q_x in draw_children(q, logits[i], m, children, replacement, generator):
+                new.append(tree.add(x, level[i], q_x))
+                reach[new[-1]] = reach[level[i]] * q[x].item()
+        level = sorted(new)  # breadth first: the order the draft's cache and the target's forward hold them in
+        if d == k - 1 or not level or (budget and len(tree.tokens) >= budget):  # no level after this one
             break
         if one_window:  # level d+1 in one forward: each node sees the prefix and its own ancestors
             pos, mask = tree_attention(P, tree.parents, draft.device)  # (nodes,), (nodes, P + nodes)
-            logits = draft.forward([tree.tokens[i] for i in new], pos=pos[new[0]:], mask=mask[new[0]:])[0]
+            logits = draft.forward([tree.tokens[i] for i in level], pos=pos[fed:], mask=mask[fed:])[0]
+            fed = len(tree.tokens)
         else:  # subtle: the window slides inside the round: every node reads its own path from x[s(t+d+1):]
             rows = []
-            for i in new:
+            for i in level:
                 draft.rollback(t)
                 rows.append(draft.logits(tokens + [tree.tokens[j] for j in tree.path(i)], t + d + 1, 1)[0])
-            logits = torch.stack(rows)  # (len(new), V)
+            logits = torch.stack(rows)  # (len(level), V)
     if not one_window:
         draft.rollback(t)  # the next round re-reads whatever is kept
-    return tree, sum(d < k for d in tree.depth) if one_window else 0
+    return tree, fed
 
 
 def tree_attention(P, parents, device):  # P cached tokens, T parent indices -> pos (T,), mask (T, P+T)
@@ -300,25 +309,29 @@ def keep_path(model, t, path, cached):  # CachedModel, kept nodes, nodes its cac
 tree_trace = None  # a list to append each tree round's (K, nodes, tested) to (bench.tree_report); None: nothing kept
 
 
-def tree_round(target, draft, tokens, k, probs, generator, branches, children, replacement):
+def tree_round(target, draft, tokens, k, probs, generator, branches, children, replacement, budget=0):
     """A tree of drafts of depth k (SpecInfer, Miao et al. 2024; Sequoia; EAGLE-2): each node at depth d-1 (the
     root: depth 0) has branches[d-1] children at depth d, 1 beyond len(branches). The draft grows it one
     forward per level, the target scores every node in ONE forward, walk_tree keeps a path, and both caches keep
-    that path only. Appends 1..k+1 tokens; returns how many drafts it kept. Lossless for children="sample" and
-    "top" alike (the shape and the guesses depend only on the draft's outputs). k="auto" is refused (its entry's
-    auto_k=False): AutoK models token-wise rounds (Theorem 3.8) and times (K+1)-token forwards, which a tree's are not.
+    that path only. budget=N: at most N nodes, grown where the draft's path probability is highest (draft_tree).
+    Appends 1..k+1 tokens; returns how many drafts it kept. Lossless for children="sample" and "top" alike, with
+    or without a budget (the shape and the guesses depend only on the draft's outputs). k="auto" is refused (its
+    entry's auto_k=False): AutoK models token-wise rounds (Theorem 3.8) and times (K+1)-token forwards; a tree's
+    forwards are wider.
     """
     if k == 0:  # the last token of a call, or at a window change: nothing to draft
         return speculative.speculative_round(target, draft, tokens, 0, probs, generator)
     t = len(tokens)
-    tree, draft_cached = draft_tree(draft, tokens, t, k, branches, children, replacement, probs, generator)  # 1.
+    tree, draft_cached = draft_tree(draft, tokens, t, k, branches, children, replacement, probs, generator,
+                                    budget)  # 1.
     logits = score_tree(target, tokens, t, tree, k)  # 2. (1 + nodes, V), ONE target forward
     p = probs(logits)
     for i, d in enumerate([0] + tree.depth):  # every row checked, as the variants do: row i at position t + d
         speculative.checked(p[i], logits[i], "target", t + d, tokens, t)
     path, after, tested = walk_tree(tree, p, generator)  # 3.
     keep_path(target, t, path, len(tree.tokens))
-    keep_path(draft, t, path, draft_cached)
+    if draft_cached:  # else the draft's cache holds x[s:t] at most (rolled back, or no level fed)
+        keep_path(draft, t, path, draft_cached)
     tokens += [tree.tokens[i] for i in path] + [after]
     if tree_trace is not None:
         tree_trace.append((k, len(tree.tokens), tested))
@@ -356,7 +369,7 @@ def acceptance_by_depth_and_rank(trace):  # tree_trace's entries -> {(depth, ran
     return {key: kept[key] / tried[key] for key in tried}
 
 
-def check_tree(branches, children, replacement):
+def check_tree(branches, children, replacement, budget=0):
     if not isinstance(branches, tuple) or not all(isinstance(b, int) and not isinstance(b, bool) and b >= 1
                                                   for b in branches):
         raise ValueError(f"branches must be a tuple of ints >= 1, the children of each node at depth 0, 1, ... "
@@ -366,6 +379,9 @@ def check_tree(branches, children, replacement):
                          f"each a point mass), got {children!r}")
     if not isinstance(replacement, bool):
         raise ValueError(f"replacement must be True (i.i.d. children) or False (distinct), got {replacement!r}")
+    if not isinstance(budget, int) or isinstance(budget, bool) or budget < 0:
+        raise ValueError(f"budget must be an int >= 0, the most nodes a tree may have (0: the fixed shape of "
+                         f"branches), got {budget!r}")
 
 
 def check_multidraft(n_drafts, replacement):
@@ -511,11 +527,13 @@ speculative.ROUNDS.update(
                             "the tree with branches=(n_drafts,)",
                         help=dict(n_drafts="with --verify multidraft: candidates at the root",
                                   replacement="with --verify multidraft or tree: i.i.d. candidates (default: distinct)")),
-    tree=Verifier(tree_round, dict(branches=(2, 2), children="sample", replacement=False), check=check_tree,
+    tree=Verifier(tree_round, dict(branches=(2, 2), children="sample", replacement=False, budget=0), check=check_tree,
                   auto_k=False, doc="a draft tree of depth K, one target forward (SpecInfer, Sequoia, EAGLE-2): lossless",
                   help=dict(branches="with --verify tree: children of each node at depth 0, 1, ..., then 1 (e.g. 2,2)",
                             children="with --verify tree: sample (drawn from the draft's q) or top (its most likely "
-                                     "tokens, each a point mass)")),
+                                     "tokens, each a point mass)",
+                            budget="with --verify tree: at most this many nodes, grown best first by the draft's path "
+                                   "probability (EAGLE-2); 0: the fixed shape")),
 )
 
 

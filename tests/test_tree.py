@@ -44,6 +44,44 @@ def test_tree_output_distribution_equals_target_exactly(k, n, sampling, w_target
     assert_same_distribution(got, want)
 
 
+@pytest.mark.parametrize("k,n,sampling,branches,children,budget", [
+    (3, 4, K2, (2, 2), "sample", 4),  # the budget is spent at depth 2: only the likelier depth-1 node branches
+    (3, 4, T1, (2, 2), "top", 5),
+    (3, 4, T1, (2,), "sample", 3),  # depth 3 along the likeliest path only
+])
+def test_tree_with_a_budget_is_exact(k, n, sampling, branches, children, budget, monkeypatch):
+    """budget=N: which nodes get children depends on the draft's path probabilities, fixed before they are drawn."""
+    got, want = output_distribution(monkeypatch, n, k, sampling, verify="tree", branches=branches, children=children,
+                                    budget=budget)
+    assert_same_distribution(got, want)
+
+
+def test_enumeration_detects_sampled_children_dropped_by_their_own_probability(monkeypatch):
+    """Why a budget decides before the draw: keeping only the sampled children the draft finds likely (a rerank
+    after drawing, as EAGLE-2 does with its top tokens) leaves children that no longer follow q. Biased."""
+    real = variants.draw_children
+    rerank = lambda q, *args: (lambda drawn: [c for c in drawn if q[c[0]] >= 0.3] or drawn[:1])(real(q, *args))
+    monkeypatch.setattr(variants, "draw_children", rerank)
+    got, want = output_distribution(monkeypatch, 3, 2, T1, verify="tree", branches=(2,))
+    assert total_variation(got, want) > 1e-3, total_variation(got, want)
+
+
+def test_a_budget_caps_the_nodes_and_grows_the_likeliest_paths(monkeypatch):
+    target = random_gpt(0, vocab_size=11, block_size=32, sharpness=3.0)
+    draft = random_gpt(1, vocab_size=11, block_size=32, n_layer=1, n_head=1, n_embd=8, sharpness=3.0)
+    grown = []
+    real = variants.draft_tree
+    monkeypatch.setattr(variants, "draft_tree", lambda *args: (lambda out: grown.append(out[0]) or out)(real(*args)))
+    speculative_generate(target, draft, torch.tensor([[3, 1, 4]]), 20, k=4, verify="tree", branches=(2, 2, 2),
+                         children="top", budget=7, generator=torch.Generator().manual_seed(0))
+    for tree in grown:
+        K = max(tree.depth)
+        assert len(tree.tokens) <= 7
+        if K >= 3:  # levels of 2 and 4 nodes leave 1 for depth 3, under the depth-2 node the draft likes best
+            assert tree.depth.count(3) == 1 and len(tree.tokens) == 7
+    assert any(max(tree.depth) == 3 for tree in grown)
+
+
 @pytest.mark.parametrize("children", ["sample", "top"])
 def test_tree_with_the_ngram_draft_is_exact(children, monkeypatch):
     """A point-mass q: "sample" draws its one token once, "top" adds the draft's next guesses (ties at q = 0)."""
@@ -184,6 +222,7 @@ def test_tree_path_and_children_follow_the_parents():
     (dict(branches=2), "branches must be a tuple of ints >= 1"),
     (dict(children="best"), "children must be 'sample'"),
     (dict(replacement=1), "replacement must be True"),
+    (dict(budget=-1), "budget must be an int >= 0"),
     (dict(k="auto"), "verify='tree': k='auto' chooses K for token-wise rounds"),
 ])
 def test_bad_tree_arguments_are_refused_clearly(kwargs, message):
