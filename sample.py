@@ -11,7 +11,8 @@ Sample text with speculative sampling from a target/draft pair (default: the shi
     python sample.py --plugin my_verifier.py --verify mine   # a verifier or draft of your own (README: fork)
     python sample.py --init_from gpt2-xl --draft gpt2 --device cuda --start "Hello"   # pretrained GPT-2 pair
 
-The tokenizer comes from the checkpoint (never guessed); the draft must have been trained with the same one.
+The tokenizer comes from the checkpoint (never guessed). A draft with another tokenizer than the target's works
+through the tokens both vocabularies share (cross_vocab.py), still exactly.
 """
 
 import argparse
@@ -27,6 +28,7 @@ from model import SHIPPED, load_checkpoint
 from hf import GPT2_NAMES  # pretrained GPT-2 through transformers (optional; imported only when used)
 from choose_k import AutoK
 from cpu import add_threads_argument, use_threads
+from cross_vocab import CrossVocabDraft, shared_mass
 from fast import DECODERS, with_decoder
 import speculative
 from speculative import ROUNDS, SamplingError, Stats, autoregressive_generate, round_for, speculative_generate
@@ -246,10 +248,7 @@ def main(argv=None):
     if args.draft in DRAFTS:  # a draft by name (ngram: prompt lookup, no model), on the target's tokenizer
         draft = make_draft(args, args.draft, target)
     elif args.draft != "none":
-        draft, dmeta = load(args.draft, args.device, "draft")
-        if dmeta["tokenizer"] != tmeta["tokenizer"]:
-            raise SystemExit(f"{args.draft} and {args.target} use different tokenizers; a draft must share its "
-                             "target's tokenizer (train both with the same --corpus and --tokenizer)")
+        draft = cross_vocabulary(load(args.draft, args.device, "draft"), tmeta, args.decoder)
     try:
         prompt = tok.encode(read_prompt(args.start))
     except ValueError as e:
@@ -268,9 +267,10 @@ def main(argv=None):
 
     k = AutoK() if args.k == "auto" else args.k  # one AutoK for all samples: what it measured carries over
     totals = dict(tokens=0, seconds=0.0, target_calls=0, drafted=0, accepted=0)
-    ks = []  # K of every round
+    ks, outputs = [], []  # K of every round; every sample's tokens
     for i in range(args.num_samples):
         new, stats, tic = [], Stats(), time.perf_counter()
+        outputs.append(new)
 
         def stream(ids):  # print text as it is produced (decode the whole tail: BPE pieces can merge)
             before = tok.decode(new)
@@ -295,6 +295,34 @@ def main(argv=None):
         print()
         add_up(totals, ks, stats, stats.target_calls)
     summary(args, draft, totals, ks)
+    report_shared_mass(args, target, draft, prompt, outputs)
+
+
+def report_shared_mass(args, target, draft, prompt, outputs):  # for a draft with another tokenizer
+    if not isinstance(draft, CrossVocabDraft):
+        return
+    masses = [shared_mass(target, prompt + new, len(prompt), draft.target_ids, args.temperature, args.top_k,
+                          args.top_p) for new in outputs if new]
+    if masses:
+        print(f"the {draft.shared} shared tokens carried {sum(masses) / len(masses):.3f} of the target's probability "
+              "mass at the generated positions: the most that alpha can reach with this draft")
+
+
+def cross_vocabulary(draft_and_meta, tmeta, decoder):
+    """A draft with the target's tokenizer as it is; one with another tokenizer through the token-level
+    intersection (cross_vocab.py), which says how many tokens the two vocabularies share."""
+    draft, dmeta = draft_and_meta
+    if dmeta["tokenizer"] == tmeta["tokenizer"]:
+        return draft
+    target_tok = Tokenizer(tmeta["tokenizer"])
+    try:
+        draft = CrossVocabDraft(with_decoder(decoder, None, draft)[1], Tokenizer(dmeta["tokenizer"]), target_tok)
+    except ValueError as e:
+        raise SystemExit(f"the draft's tokenizer differs from the target's: {e}") from e
+    print(f"the draft's tokenizer ({dmeta['tokenizer']['kind']}) differs from the target's "
+          f"({tmeta['tokenizer']['kind']}): the draft proposes only the {draft.shared} of the target's "
+          f"{target_tok.vocab_size} tokens that both vocabularies have (cross_vocab.py)")
+    return draft
 
 
 def stop_sequences(texts, tok):  # --stop texts -> [[ids], ...] for the samplers' stop=, or None
@@ -368,6 +396,7 @@ def sample_batch(args, target, draft, tok, prompt, stop=None):
     for i, row in enumerate(new):
         print(f"---------- sample {i + 1}/{args.batch}\n{tok.decode(prompt + row)}")
     batch_summary(args, draft, stats, calls=stats.target_calls)
+    report_shared_mass(args, target, draft, prompt, new)
 
 
 def batch_summary(args, draft, stats, calls):
