@@ -30,6 +30,7 @@ import torch
 from torch.nn import functional as F
 
 import data
+from cpu import add_threads_argument, use_threads
 from model import GPT, SHIPPED, GPTConfig, load_checkpoint, save_checkpoint
 
 # ---- presets: the recipes we ran. Any flag given on the command line overrides them. -------------------------
@@ -40,11 +41,14 @@ PRESETS = {
         "draft": dict(n_layer=2, n_head=2, n_embd=128, block_size=256, dropout=0.0, batch_size=16,
                       max_iters=3000, lr=2e-3, min_lr=2e-4, warmup_iters=100, eval_interval=500),
     },
-    "cpu-quick": {  # a usable small pair in a few minutes on a 2-core CPU: classrooms and smoke tests
-        "target": dict(n_layer=4, n_head=4, n_embd=128, block_size=128, dropout=0.0, batch_size=16,
-                       max_iters=1000, lr=2e-3, min_lr=2e-4, warmup_iters=50, eval_interval=250),
-        "draft": dict(n_layer=1, n_head=2, n_embd=64, block_size=128, dropout=0.0, batch_size=16,
-                      max_iters=1000, lr=3e-3, min_lr=3e-4, warmup_iters=50, eval_interval=250),
+    "cpu-quick": {  # a pair that pays, in minutes on a 2-core CPU: classrooms and smoke tests. The draft has 1 layer
+        # against the target's 6, and the target is wide enough (4.8M parameters) that its one-token step costs
+        # far more than the draft's: c 0.09, v 1.6-1.9, 1.56x at k="auto" on an AMD EPYC. A 4 x 128 target against a
+        # 1 x 64 draft had c = 0.33 and no speedup; a 6 x 192 one had v 2-3 (BENCHMARKS.md)
+        "target": dict(n_layer=6, n_head=4, n_embd=256, block_size=128, dropout=0.0, batch_size=16,
+                       max_iters=600, lr=2e-3, min_lr=2e-4, warmup_iters=50, eval_interval=200),
+        "draft": dict(n_layer=1, n_head=4, n_embd=128, block_size=128, dropout=0.0, batch_size=16,
+                      max_iters=600, lr=3e-3, min_lr=3e-4, warmup_iters=50, eval_interval=200),
     },
     "gpu": {  # a pair for one GPU, minutes on an H100/H200: a deeper target, a shallow wide draft (c stays small
         # where a step costs about its layers' kernel launches), early stopping on the validation loss
@@ -84,11 +88,14 @@ def get_args(argv=None):
     ap.add_argument("--seed", type=int, default=1337, help="seeds the weights and the batches")
     ap.add_argument("--device", default="auto", help="auto (cuda -> mps -> cpu), cpu, cuda, mps")
     ap.add_argument("--compile", action="store_true", help="torch.compile the model (opt-in)")
+    add_threads_argument(ap)
     ap.add_argument("--resume", action="store_true", help="continue from OUT_DIR/<role>.pt(.resume)")
     args = ap.parse_args(argv)
     for name, value in [("max_iters", args.max_iters), ("batch_size", args.batch_size), ("eval_iters", args.eval_iters)]:
         if value is not None and value < 1:
             ap.error(f"--{name} must be at least 1")
+    if args.threads is not None and args.threads < 1:
+        ap.error("--threads must be >= 1 (or left out: one per idle core)")
     if not 0.0 <= args.distill <= 1.0:
         ap.error("--distill is a weight between 0 (data only) and 1 (target only)")
     if args.distill > 0 and args.role == "target":
@@ -258,6 +265,7 @@ def train_one(role, args, splits, tok, corpus_desc):
 
 def main(argv=None):
     args = get_args(argv)
+    print(f"threads: {use_threads(args.threads, autodetect_device(args.device))}")
     train_ids, val_ids, tok, desc = data.prepare(args.corpus, args.tokenizer, args.bpe_encoding, args.data_dir)
     print(f"corpus: {desc}; {len(train_ids):,} train / {len(val_ids):,} val tokens; "
           f"tokenizer {tok.kind}, vocab {tok.vocab_size}")
