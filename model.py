@@ -10,9 +10,10 @@ What it is:
 - A KV cache for decoding, preallocated once: model(idx, use_cache=True) appends idx's T tokens to the cache
   and returns their logits; model.crop(n) forgets everything after the first n tokens in O(1) (it only moves
   a counter), which is how rejected draft tokens are rolled back.
-- Tree attention for several drafts at once (variants.py): model(idx, use_cache=True, pos=..., mask=...) feeds
-  tokens at given positions, each seeing the cached and new tokens its mask allows; model.compact(n, slots)
-  then keeps the accepted branch.
+- Tree attention for draft trees (variants.py): model(idx, use_cache=True, pos=..., mask=...) feeds tokens at
+  given positions, each seeing the cached and new tokens its mask allows; model.compact(n, slots) then keeps the
+  accepted path. The target scores a whole tree this way, and the draft grows one a level at a time. This
+  one-row cache is the only one that takes trees: the per-row cache below stays a chain per row.
 - A cache with a length per row, for several sequences at once (batched.py): reset_row_cache(B) allocates it;
   then model(idx, use_cache=True) writes row b's T new tokens at that row's own offset row_lengths[b] (which is
   also their position), each behind its own causal mask, and model.crop_rows(lengths) rolls rows back in O(1).
