@@ -454,7 +454,8 @@ def tree_report(args, target, draft, tmeta):
         for col in cols[1:]:
             K, shape, rule = col
             full = [entry for entry in traces[col] if entry[0] == K]  # rounds of the full depth K
-            measured = statistics.mean(1 + sum(kept for _, _, kept in tested) for _, _, tested in full)
+            mean = lambda values: statistics.mean(values) if full else float("nan")  # none: --max_new_tokens <= K
+            measured = mean([1 + sum(kept for _, _, kept in tested) for _, _, tested in full])
             widths = [variants.width(shape, d) for d in range(K)]
             acceptance = variants.acceptance_by_depth_and_rank(full)
             predicted_tokens = 1 + variants.expected_accepted(acceptance, widths)
@@ -462,7 +463,7 @@ def tree_report(args, target, draft, tmeta):
             v = statistics.median(steady(s.target_times) for s in stats[col]) / step
             spec = statistics.median(tps[col])
             rows.append(dict(setting=name, K=K, branches=shape, children=rule, replacement=replacement,
-                             nodes=statistics.mean(nodes for _, nodes, _ in full),
+                             nodes=mean([nodes for _, nodes, _ in full]),
                              tokens_per_call=sum(s.new_tokens for s in stats[col]) / sum(s.target_calls for s in stats[col]),
                              measured=measured, predicted=predicted_tokens, v=v, c=c, plain_tps=plain, spec_tps=spec,
                              speedup=spec / plain, with_v=predicted_tokens / (K * c + v),
