@@ -3,16 +3,19 @@ both children rules (sampled, i.i.d. or without replacement; the draft's top tok
 temperatures, top-k, top-p, sliding windows and K larger than the tokens left; then real GPTs (eager and fast,
 the tree in both caches), a chi-square test, greedy trees against plain greedy, and planted bugs the checks catch."""
 
+import json
+
 import pytest
 import torch
 
 import speculative
 import variants
 from fast import FastGPT
-from speculative import autoregressive_generate, speculative_generate
+from speculative import SamplingError, autoregressive_generate, speculative_generate
 from tests.conftest import TableModel, random_gpt
-from tests.test_exact_enumeration import assert_same_distribution, enumerate_branches
+from tests.test_exact_enumeration import assert_same_distribution, enumerate_branches, target_joint
 from tests.test_statistics import chi2_critical, chi_square, exact_joint, next_probs, sample_continuations
+from tests.test_stop import cut_at_stop
 from tests.test_variants import first_round_tokens, output_distribution
 from variants import NGramDraft, Tree, expected_accepted, total_variation
 
@@ -47,7 +50,7 @@ def test_tree_output_distribution_equals_target_exactly(k, n, sampling, w_target
 @pytest.mark.parametrize("k,n,sampling,branches,children,budget", [
     (3, 4, K2, (2, 2), "sample", 4),  # the budget is spent at depth 2: only the likelier depth-1 node branches
     (3, 4, T1, (2, 2), "top", 5),
-    (3, 4, T1, (2,), "sample", 3),  # depth 3 along the likeliest path only
+    (3, 4, K2, (2,), "sample", 3),  # depth 3 along the likeliest path only
 ])
 def test_tree_with_a_budget_is_exact(k, n, sampling, branches, children, budget, monkeypatch):
     """budget=N: which nodes get children depends on the draft's path probabilities, fixed before they are drawn."""
@@ -209,12 +212,46 @@ def test_expected_accepted_is_theorem_3_8_for_a_chain_and_grows_with_siblings():
     assert abs(tree - (beta + beta ** 2 + beta ** 2 * alpha + beta ** 2 * alpha ** 2)) < 1e-12
 
 
+@pytest.mark.parametrize("children", ["sample", "top"])
+def test_the_stop_rule_holds_for_trees(children, monkeypatch):
+    """A tree round can keep drafts past a stop sequence; the core drops them, as for a chain."""
+    target, draft, n, stop = TableModel(seed=0, block_size=8), TableModel(seed=1, block_size=8), 3, [[0, 2]]
+    want = cut_at_stop(target_joint(target, [2, 0], n), stop)
+    run = lambda: speculative_generate(target, draft, torch.tensor([[2, 0]]), n, k=2, stop=stop, verify="tree",
+                                       branches=(2,) if children == "sample" else (2, 2), children=children)[0][
+        0, 2:].tolist()
+    assert_same_distribution(enumerate_branches(run, monkeypatch), want)
+
+
+@pytest.mark.parametrize("broken", ["target", "draft"])
+@pytest.mark.parametrize("children", ["sample", "top"])
+def test_a_gpt_with_nan_weights_is_named_in_the_error(broken, children):
+    pair = {"target": random_gpt(0), "draft": random_gpt(1, n_layer=1, n_embd=8, n_head=1)}
+    with torch.no_grad():
+        pair[broken].transformer.h[0].mlp.c_fc.weight[0, 0] = float("nan")
+    with pytest.raises(SamplingError, match=f"from the {broken}: its logits hold NaN") as e:
+        speculative_generate(pair["target"], pair["draft"], torch.tensor([[1, 2]]), 8, k=3, verify="tree",
+                             children=children)
+    assert e.value.tokens == [1, 2] and e.value.position == 2
+
+
 def test_tree_path_and_children_follow_the_parents():
     tree = Tree()
     for x, parent in [(5, -1), (7, -1), (2, 0), (4, 1), (9, 2)]:
         tree.add(x, parent, None)
     assert tree.children(-1) == [0, 1] and tree.children(0) == [2] and tree.path(4) == [0, 2, 4]
     assert tree.depth == [1, 1, 2, 2, 3]
+
+
+def test_bench_reports_trees_beside_the_chain(capsys, tmp_path):
+    import bench
+    bench.main(["--tree_shapes", "1", "2,2", "--k", "2", "--settings", "t1.0", "--prompts", "1", "--prompt_len", "16",
+                "--max_new_tokens", "12", "--repeats", "1", "--json", str(tmp_path / "tree.json")])
+    out = capsys.readouterr().out
+    rows = [line.split(" | ")[2:4] for line in out.splitlines() if line.startswith("| t1.0")]
+    assert rows == [["1", "sample"], ["2,2", "sample"], ["1", "top"], ["2,2", "top"]]
+    assert "t1.0, K=2, sample, branches 2,2: " in out and "tokens per target call against the chain" in out
+    assert len(json.load(open(tmp_path / "tree.json"))["tree_rows"]) == 4
 
 
 @pytest.mark.parametrize("kwargs,message", [
