@@ -213,9 +213,10 @@ def draw_children(q, logits, m, children, replacement, generator):  # q (V,), lo
 def draft_tree(draft, tokens, t, k, branches, children, replacement, probs, generator, budget=0):
     """Step 1 of a tree round: the draft grows a tree of depth k above position t, level by level, ONE draft
     forward per level over all of that level's nodes (tree attention in the draft's cache, as in the target's).
-    budget=N (0: none): at most N nodes, and a level's nodes get their children best first, by the draft's path
-    probability (the product of q along the path, EAGLE-2), until N is spent: the likely paths grow deeper. Still
-    exact: how many children a node gets is fixed before they are drawn, from tokens already drawn.
+    budget=N (0: none): at most N nodes, each level spending at most its share of what is left (so the tree
+    reaches depth k), its nodes getting their children best first by the draft's path probability (the product
+    of q along the path, after EAGLE-2): the likely paths grow deeper. Still exact: how many children a node gets
+    is fixed before they are drawn, from tokens already drawn.
     -> (Tree, how many nodes the draft's cache holds after x_{t-1}, or 0). If the draft's window slides inside
     the round, each node is read on its own instead (draft.logits re-fills the window)."""
     tree, level, reach = Tree(), [-1], {-1: 1.0}  # level: the nodes whose children come next; reach: path probability
@@ -224,9 +225,10 @@ def draft_tree(draft, tokens, t, k, branches, children, replacement, probs, gene
     P, fed = draft.model.cache_len, 0  # x[s:t]; node i goes to slot P + i
     for d in range(k):  # the children of the nodes at depth d sit at position t + d
         new, order = [], sorted(range(len(level)), key=lambda i: -reach[level[i]]) if budget else range(len(level))
+        share = -(-(budget - len(tree.tokens)) // (k - d))  # this level's share of the budget left, rounded up
         for i in order:  # logits[i] (V,): the draft after level[i]'s path
-            m = width(branches, d) if not budget else min(width(branches, d), budget - len(tree.tokens))
-            if m <= 0:  # the budget is spent
+            m = width(branches, d) if not budget else min(width(branches, d), share - len(new))
+            if m <= 0:  # this level's share is spent
                 break
             q = speculative.draft_probs(logits[i], probs, t + d, tokens, t)
             for x, q_x in draw_children(q, logits[i], m, children, replacement, generator):
