@@ -303,7 +303,8 @@ def main(argv=None):
             mass = statistics.mean(shared_mass(target, p[0].tolist(), 1, cross.target_ids, **SETTINGS[name])
                                    for p in prompts)
             print(f"{name}, {label.split()[0]}: another tokenizer, {cross.shared} shared tokens; they carry {mass:.3f} "
-                  "of the target's mass on the held-out prompts, the most that alpha can reach")
+                  "of the target's mass on the held-out prompts, the most that alpha can reach, and "
+                  f"{cross.draft_mass[0] / max(1, cross.draft_mass[1]):.3f} of the draft's own over the run")
     for group in dict.fromkeys((r["setting"], r["variant"], r["decoder"]) for r in rows):
         best = max((r for r in rows if (r["setting"], r["variant"], r["decoder"]) == group), key=lambda r: r["speedup"])
         if best["speedup"] < 1.0:

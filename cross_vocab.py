@@ -26,6 +26,8 @@ rather than matched by bytes. What it leaves out: proposing a multi-token string
 differently (the "string-level" methods of the same paper), and batches (batched.py needs a per-row cache).
 """
 
+import re
+
 import torch
 
 from speculative import context_start, sampling_probs, window_end
@@ -70,26 +72,49 @@ class CrossVocabDraft(TokenListCache):
         self.shared = len(self.draft_ids)
         self.config = GPTConfig(block_size=2 ** 62, vocab_size=target_tok.vocab_size, n_layer=0)  # never slides
         self.fed = []  # the draft tokens its KV cache holds, from draft_start on
-        self.draft_start = 0
+        self.draft_start, self.read_prompt = 0, False
+        self.draft_mass = [0.0, 0]  # the draft's own probability on the shared tokens: sum over steps, steps
 
     def num_params(self):
-        return self.draft.num_params()
+        return sum(p.numel() for p in self.draft.parameters())  # also when the draft is fast.py's FastGPT
 
     def reset_cache(self, batch_size=1):
         super().reset_cache(batch_size)
         self.draft.reset_cache()
-        self.fed, self.draft_start = [], 0
+        self.fed, self.draft_start, self.read_prompt = [], 0, False
 
     def reencode(self, history):  # target ids -> the draft's ids for the same text
+        """The draft tokenizer's encoding of the text, or, where it has no token for some piece (data.py's BPE keeps
+        only the tokens its corpus had), an encoding piece by piece: words and spaces, then single characters,
+        leaving out a character it cannot encode at all. Any encoding that depends only on the text keeps q a
+        function of the past, so the output stays exact; only the proposals get worse. Such a character in the
+        prompt (the first text read after reset_cache) is an error that names it."""
         text = self.target_tok.decode(history)
         try:
             return self.draft_tok.encode(text)
-        except ValueError as e:
-            raise ValueError(f"the draft's tokenizer cannot encode the text so far ({e}); give a draft whose "
-                             "tokenizer covers the target's text") from None
+        except ValueError:
+            pass
+        ids, missing = [], []
+        for piece in re.findall(r"\s+|\S+", text):
+            try:
+                ids += self.draft_tok.encode(piece)
+                continue
+            except ValueError:
+                pass
+            for ch in piece:
+                try:
+                    ids += self.draft_tok.encode(ch)
+                except ValueError:
+                    missing.append(ch)
+        if missing and not self.read_prompt:
+            raise ValueError(f"the draft's tokenizer cannot encode the characters {''.join(sorted(set(missing)))!r} "
+                             "of the prompt: leave them out of the prompt, or give a draft whose tokenizer has them")
+        return ids
 
     def next_logits(self, history):  # target ids, the new token last -> (V_target,) log q over the shared tokens
         ids = self.reencode(history)
+        self.read_prompt = True
+        ids = ids or [0]  # subtle: nothing of the text has a draft token; token 0 stands in, so q is still defined
         W, t = self.draft.config.block_size, len(ids)  # the draft predicts position t from ids[s(t):t]
         start = context_start(t, W)
         if start != self.draft_start:  # its window slid: nothing cached is at the right position any more
@@ -102,6 +127,8 @@ class CrossVocabDraft(TokenListCache):
         self.draft.crop(same)
         self.fed = window
         logits = self.draft(torch.tensor([window[same:]], device=self.device), use_cache=True)[0][0, -1]  # (V_draft,)
+        self.draft_mass[0] += torch.softmax(logits.double(), -1)[self.draft_ids].sum().item()  # for the report
+        self.draft_mass[1] += 1
         out = torch.full((self.config.vocab_size,), -1e30, dtype=torch.float64)  # subtle: finite, as in NGramDraft
         out[self.target_ids] = logits.double()[self.draft_ids]  # the softmax renormalizes over the shared tokens
         return out

@@ -305,7 +305,9 @@ def report_shared_mass(args, target, draft, prompt, outputs):  # for a draft wit
                           args.top_p) for new in outputs if new]
     if masses:
         print(f"the {draft.shared} shared tokens carried {sum(masses) / len(masses):.3f} of the target's probability "
-              "mass at the generated positions: the most that alpha can reach with this draft")
+              "mass at the generated positions, the most that alpha can reach with this draft, and "
+              f"{draft.draft_mass[0] / max(1, draft.draft_mass[1]):.3f} of the draft's own (at temperature 1), which "
+              "its q renormalizes")
 
 
 def cross_vocabulary(draft_and_meta, tmeta, decoder):

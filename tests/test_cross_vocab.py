@@ -115,8 +115,19 @@ def test_no_shared_token_and_text_the_draft_cannot_encode_are_clear_errors():
         CrossVocabDraft(TableModel(seed=1, vocab_size=2), ToyTokenizer(["x", "y"]), TARGET_TOK)
     target = TableModel(seed=0, vocab_size=4)
     draft = CrossVocabDraft(TableModel(seed=1, vocab_size=3), ToyTokenizer(["a", "ab", "c"]), TARGET_TOK)
-    with pytest.raises(ValueError, match="draft's tokenizer cannot encode the text so far .*'b'"):
+    with pytest.raises(ValueError, match="cannot encode the characters 'b' of the prompt"):
         speculative_generate(target, draft, torch.tensor([[1]]), 3, k=2)  # 'b' alone: no draft token for it
+
+
+def test_generated_characters_the_draft_cannot_encode_are_left_out_and_the_output_stays_exact(monkeypatch):
+    """The draft's ['a', 'ab'] has no token for a 'b' that does not follow an 'a': 'abb' has no encoding, so the
+    draft reads its characters one by one and leaves out the b's. Its proposals get worse, never the output."""
+    target = TableModel(seed=0, vocab_size=4, block_size=8)
+    draft = CrossVocabDraft(TableModel(seed=1, vocab_size=2, block_size=8), ToyTokenizer(["a", "ab"]), TARGET_TOK)
+    run = lambda: speculative_generate(target, draft, torch.tensor([PROMPT]), 3, k=2)[0][0, len(PROMPT):].tolist()
+    assert_same_distribution(enumerate_branches(run, monkeypatch), target_joint(target, PROMPT, 3))
+    assert draft.reencode([2, 1, 1]) == [0]  # 'abb': 'a', and both b's left out
+    assert draft.reencode([2, 0]) == [1, 0]  # 'aba' has an encoding: 'ab', 'a'
 
 
 def test_shared_mass_is_the_targets_probability_on_the_shared_tokens_at_each_new_position():
