@@ -144,8 +144,8 @@ def draft_names():
 
 
 def add_registry_arguments(ap):
-    """A flag for every parameter of every registered verifier and named draft (--lenience, --ngram_n, ...). Its
-    default, None, means the entry's own default, which --help shows."""
+    """A flag for every parameter of every registered verifier and named draft (--lenience, --ngram_n, ...). Left
+    out, it is absent from args, and the entry's own default applies (--help shows it)."""
     flags = {}  # parameter -> (default, help) of the first entry that has it
     for kind, entries in (("verify", ROUNDS), ("draft", DRAFTS)):
         for name, entry in sorted(entries.items()):
@@ -155,7 +155,8 @@ def add_registry_arguments(ap):
         kind = (dict(action=argparse.BooleanOptionalAction) if isinstance(default, bool) else
                 dict(type=int_tuple) if isinstance(default, tuple) else dict(type=type(default)))
         try:
-            ap.add_argument(f"--{param}", default=None, help=f"{text} (default: {default})", **kind)
+            ap.add_argument(f"--{param}", default=argparse.SUPPRESS,  # absent unless given: the entry's default
+                            help=text if "default" in text else f"{text} (default: {default})", **kind)
         except argparse.ArgumentError as e:  # e.g. a parameter named seed
             raise SystemExit(f"a registered verifier or draft has a parameter {param!r}, which clashes with the "
                              f"script's own --{param}: rename the parameter") from e
