@@ -423,8 +423,9 @@ def tree_report(args, target, draft, tmeta):
                held_out_prompts(data.Tokenizer(tmeta["tokenizer"]), args.prompts, args.prompt_len, args.corpus)]
     sizes = f"({target.num_params() / 1e6:.2f}M), draft {shown(args.draft)} ({draft.num_params() / 1e6:.2f}M)"
     target, draft = with_decoder(args.decoder[0], target, draft)
-    rules = [args.children] if args.children else ["sample", "top"]
-    replacement = bool(args.replacement)
+    children = getattr(args, "children", None)  # registry flags are absent unless given
+    rules = [children] if children else ["sample", "top"]
+    replacement = bool(getattr(args, "replacement", False))
     cols = [None] + [(K, shape, rule) for K in args.k if K != "auto" for rule in rules for shape in args.tree_shapes]
     gen, n, rows = torch.Generator(device=args.device), args.max_new_tokens, []
     run = lambda col, prompt, seed, sampling: (
