@@ -241,6 +241,14 @@ def test_theorem_3_8_prediction_and_alpha_estimate():
     assert alpha_from_rounds([(0, 3, 2), (3, 3, 3), (7, 2, 0)]) == 5 / 7
 
 
+def test_auto_is_compared_with_a_best_k_chosen_on_other_repeats():
+    import bench
+    rows = {K: dict(K=K, repeat_tps=tps) for K, tps in [  # repeats 0, 2, 4 measure; 1, 3 choose
+        (2, [100, 130, 100, 130, 100]), (4, [120, 110, 120, 110, 120]), ("auto", [118, 0, 119, 0, 121])]}
+    K, ratio = bench.auto_against_held_out_best(rows["auto"], [rows[2], rows[4]])
+    assert K == 2 and ratio == pytest.approx(119 / 100)  # K = 2 won its own repeats, not the others
+
+
 def test_bench_says_why_a_pair_does_not_pay():
     import bench
     text = bench.why_it_does_not_pay(0.4, 0.33, 1.1)
