@@ -80,6 +80,24 @@ def test_acceptance_in_runs_makes_rounds_longer_than_one_alpha_would():
     assert iid.choose(16) < auto.choose(16)
 
 
+def test_a_width_cheaper_than_the_line_is_kept():
+    """On a CPU one width's forward can cost less than the line through the others says (other matrix kernels).
+    A width measured often enough costs its own median: auto keeps the cheap width, the best of the true costs,
+    where a line alone smooths the dip away and leaves it."""
+    true_target = lambda n: (5.0 + 1.0 * n) * (0.6 if n == 6 else 1.0)  # ms; width 6 (K = 5) is cheap
+    chosen, rounds = {}, {}
+    for own_after in (4, 10 ** 9):  # its own median after 4 forwards; or never: the line only
+        auto, rounds[own_after] = AutoK(k_max=10, k_first=5, own_after=own_after), []
+        for r in range(80):  # one round in four rejects its last draft
+            K = auto.choose(10)
+            kept = K if r % 4 else K - 1
+            feed(auto, K, kept, 0.3, true_target)
+            rounds[own_after].append((K, kept))
+        chosen[own_after] = auto.chosen[-1]
+    assert chosen[4] == best_k_by_position(rounds[4], lambda K: K * 0.3 + true_target(K + 1), 10) == 5
+    assert chosen[10 ** 9] != 5  # the check can fail: the line alone leaves the cheap width
+
+
 def test_one_measured_width_is_extrapolated_optimistically():
     auto = AutoK(k_max=16, k_first=2)
     feed(auto, 2, 2, 0.5, lambda n: 8.0)  # every drafted token kept: alpha high
