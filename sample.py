@@ -256,6 +256,11 @@ def main(argv=None):
         raise SystemExit(f"--start: {e}") from e
     if not prompt:
         raise SystemExit("--start is empty: give at least one character, e.g. --start $'\\n'")
+    if isinstance(draft, CrossVocabDraft):  # its tokenizer must read the prompt: say so now, not mid-sample
+        try:
+            draft.reencode(prompt)
+        except ValueError as e:
+            raise SystemExit(f"--start: {e}") from e
     stop = stop_sequences(args.stop, tok)
     print(f"target {shown(args.init_from or args.target)} ({target.num_params() / 1e6:.2f}M), draft "
           + ("none: plain sampling" if draft is None else f"{shown(args.draft)} ({draft.num_params() / 1e6:.2f}M)"))

@@ -139,3 +139,9 @@ def test_shared_mass_is_the_targets_probability_on_the_shared_tokens_at_each_new
     for sampling in (dict(temperature=1.0), dict(temperature=0.7, top_k=3)):
         naive = [next_probs(target, tokens[:t], **sampling)[[0, 1, 2]].sum().item() for t in range(5, 30)]
         assert abs(shared_mass(target, tokens, 5, [0, 1, 2], **sampling) - sum(naive) / len(naive)) < 1e-6
+
+
+def test_sample_py_refuses_a_prompt_the_drafts_tokenizer_cannot_read_with_a_usage_message():
+    import sample
+    with pytest.raises(SystemExit, match=r"--start: the draft's tokenizer cannot encode the characters '\$'"):
+        sample.main(["--draft", "checkpoints/draft_bpe.pt", "--start", "$ and more", "--max_new_tokens", "5"])
