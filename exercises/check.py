@@ -87,10 +87,15 @@ def in_words(error, path):  # an exception -> "ValueError: ... (line 12 of mine.
     return f"{type(error).__name__}: {error}{where}"
 
 
-def call(module, name, path, *args):
+def student_function(module, name, path):  # -> the student's function `name`, or Wrong if the file lacks it
     fn = getattr(module, name, None)
     if not callable(fn):
         raise Wrong(f"{path} has no function {name}: keep the template's names and signatures")
+    return fn
+
+
+def call(module, name, path, *args):
+    fn = student_function(module, name, path)
     try:
         return fn(*args)
     except NotImplementedError:
@@ -414,9 +419,7 @@ def diagnose_round(fn, path):
 
 
 def check_round(module, path):
-    fn = getattr(module, "speculative_round", None)
-    if not callable(fn):
-        raise Wrong(f"{path} has no function speculative_round: keep the template's names and signatures")
+    fn = student_function(module, "speculative_round", path)
     try:
         bad = round_mismatch(fn, "speculative_round", path)
         error = None
@@ -479,9 +482,7 @@ def kept_distribution(outcomes, k):
 
 
 def check_block(module, path):
-    fn = getattr(module, "block_round", None)
-    if not callable(fn):
-        raise Wrong(f"{path} has no function block_round: keep the template's names and signatures")
+    fn = student_function(module, "block_round", path)
     try:
         bad = round_mismatch(fn, "block_round", path)
     except Unfinished:
