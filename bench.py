@@ -109,8 +109,6 @@ def get_args(argv=None):
     args.verify = args.verify.split(",")
     check_verify_arguments(ap, args, args.verify)
     check_draft_arguments(ap, args, [d for d in args.draft.split(",") if d in DRAFTS])
-    if args.threads is not None and args.threads < 1:
-        ap.error("--threads must be >= 1 (or left out: one per idle core)")
     if args.init_from:
         args.target = args.init_from
     if args.batch is not None:
@@ -177,9 +175,12 @@ def steady(times):
     return statistics.mean(times[1:]) if len(times) > 1 else float("nan")
 
 
+def expected_tokens(alpha, K):  # Theorem 3.8's tokens per round: (1 - a^(K+1)) / (1 - a), K + 1 at a = 1
+    return (K + 1) if alpha >= 1 else (1 - alpha ** (K + 1)) / (1 - alpha)
+
+
 def predicted(alpha, K, c, v=1.0):
-    expected_tokens = (K + 1) if alpha >= 1 else (1 - alpha ** (K + 1)) / (1 - alpha)
-    return expected_tokens / (K * c + v)
+    return expected_tokens(alpha, K) / (K * c + v)
 
 
 def auto_against_held_out_best(auto, fixed):
@@ -200,8 +201,7 @@ def why_it_does_not_pay(alpha, c, v, k_max=16):
     best_K = max(ks, key=lambda K: predicted(alpha, K, c, v))
     text = (f"Theorem 3.8 with alpha {alpha:.3f}, c {c:.3f} and v {v:.2f} allows at most "
             f"{predicted(alpha, best_K, c, v):.2f}x (K = {best_K})")
-    tokens = lambda a, K: (K + 1) if a >= 1 else (1 - a ** (K + 1)) / (1 - a)
-    c_even = max((tokens(alpha, K) - v) / K for K in ks)  # the most a draft step may cost at this alpha
+    c_even = max((expected_tokens(alpha, K) - v) / K for K in ks)  # the most a draft step may cost at this alpha
     lo, hi = 0.0, 1.0  # the least alpha that pays at this c: bisection on a function that grows with alpha
     for _ in range(40):
         mid = (lo + hi) / 2
@@ -317,7 +317,7 @@ def main(argv=None):
                                    for p in prompts)
             print(f"{name}, {label.split()[0]}: another tokenizer, {cross.shared} shared tokens; they carry {mass:.3f} "
                   "of the target's mass on the held-out prompts, the most that alpha can reach, and "
-                  f"{cross.draft_mass[0] / max(1, cross.draft_mass[1]):.3f} of the draft's own over the run")
+                  f"{cross.draft_shared_mass:.3f} of the draft's own over the run")
     for group in dict.fromkeys((r["setting"], r["variant"], r["decoder"]) for r in rows):
         best = max((r for r in rows if (r["setting"], r["variant"], r["decoder"]) == group), key=lambda r: r["speedup"])
         if best["speedup"] < 1.0:

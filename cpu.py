@@ -14,6 +14,7 @@ What it leaves out: following the load while a run goes on (it is measured once,
 something heavy beside a long run, pass --threads 1), and GPUs (their speed does not depend on CPU threads).
 """
 
+import argparse
 import math
 import os
 import time
@@ -55,8 +56,14 @@ def choose_threads(idle, default):
     return max(1, min(default, math.floor(idle + 0.3)))
 
 
+def thread_count(text):  # --threads' type: an int >= 1 (argparse turns the error into a usage message)
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"must be an int >= 1 (or left out: one per idle core), got {text!r}")
+    return int(text)
+
+
 def add_threads_argument(ap):  # --threads, the same in sample.py, bench.py and train_draft.py
-    ap.add_argument("--threads", type=int, default=None,
+    ap.add_argument("--threads", type=thread_count, default=None,
                     help="CPU threads for torch; None: one per core idle at the start (cpu.py), so a core busy with "
                          "another process cannot stall every step")
 

@@ -75,6 +75,10 @@ class CrossVocabDraft(TokenListCache):
         self.draft_start, self.read_prompt = 0, False
         self.draft_mass = [0.0, 0]  # the draft's own probability on the shared tokens: sum over steps, steps
 
+    @property
+    def draft_shared_mass(self):  # the draft's own probability on the shared tokens, averaged over its steps
+        return self.draft_mass[0] / max(1, self.draft_mass[1])
+
     def num_params(self):
         return sum(p.numel() for p in self.draft.parameters())  # also when the draft is fast.py's FastGPT
 

@@ -30,7 +30,6 @@ from choose_k import AutoK
 from cpu import add_threads_argument, use_threads
 from cross_vocab import CrossVocabDraft, shared_mass
 from fast import DECODERS, with_decoder
-import speculative
 from speculative import ROUNDS, SamplingError, Stats, autoregressive_generate, round_for, speculative_generate
 from variants import DRAFTS
 
@@ -90,8 +89,6 @@ def get_args(argv=None):
                  f"{args.verify}, or drop --batch")
     if args.num_samples < 1 or args.max_new_tokens < 0:
         ap.error("--num_samples must be >= 1 and --max_new_tokens >= 0")
-    if args.threads is not None and args.threads < 1:
-        ap.error("--threads must be >= 1 (or left out: one per idle core)")
     if not 0 <= args.temperature < float("inf"):  # NaN fails this too
         ap.error(f"--temperature must be a number >= 0 (0 is greedy) and finite, got {args.temperature}")
     if args.top_k is not None and args.top_k < 1:
@@ -312,7 +309,7 @@ def report_shared_mass(args, target, draft, prompt, outputs):  # for a draft wit
     if masses:
         print(f"the {draft.shared} shared tokens carried {sum(masses) / len(masses):.3f} of the target's probability "
               "mass at the generated positions, the most that alpha can reach with this draft, and "
-              f"{draft.draft_mass[0] / max(1, draft.draft_mass[1]):.3f} of the draft's own (at temperature 1), which "
+              f"{draft.draft_shared_mass:.3f} of the draft's own (at temperature 1), which "
               "its q renormalizes")
 
 

@@ -94,8 +94,6 @@ def get_args(argv=None):
     for name, value in [("max_iters", args.max_iters), ("batch_size", args.batch_size), ("eval_iters", args.eval_iters)]:
         if value is not None and value < 1:
             ap.error(f"--{name} must be at least 1")
-    if args.threads is not None and args.threads < 1:
-        ap.error("--threads must be >= 1 (or left out: one per idle core)")
     if not 0.0 <= args.distill <= 1.0:
         ap.error("--distill is a weight between 0 (data only) and 1 (target only)")
     if args.distill > 0 and args.role == "target":

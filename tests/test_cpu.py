@@ -31,3 +31,12 @@ def test_use_threads_sets_what_it_is_asked_and_never_raises_the_count(monkeypatc
             cpu.use_threads(0)
     finally:
         torch.set_num_threads(before)
+
+
+@pytest.mark.parametrize("script", ["sample", "bench", "train_draft"])
+@pytest.mark.parametrize("value", ["0", "-1", "two"])
+def test_threads_below_one_is_a_usage_error_in_every_script(script, value, capsys):
+    import importlib
+    with pytest.raises(SystemExit) as exit:
+        importlib.import_module(script).get_args(["--threads", value])
+    assert exit.value.code == 2 and "--threads: must be an int >= 1" in capsys.readouterr().err
