@@ -20,6 +20,8 @@ Rules for your code:
 - Do not look at speculative.speculative_round before you are done: that is the answer.
 """
 
+import torch  # residual's torch.clamp
+
 import speculative
 
 
