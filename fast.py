@@ -9,7 +9,8 @@ its time goes to the fixed cost of each operation and each nn.Module call, not t
     attribute lookups through nn.Module.__getattr__),
   - keeps the KV cache as two preallocated tensors per layer, written in place, and
   - builds the causal mask of a wide forward by one comparison with a precomputed position table.
-FastGPT(model, dtype=torch.bfloat16) also stores the weights in bfloat16 (opt-in): on CPUs with bf16 matrix
+Like model.GPT, it leaves each forward's final-block output in .features (and on the model it wraps, where a
+draft that reads the target finds it). FastGPT(model, dtype=torch.bfloat16) also stores the weights in bfloat16 (opt-in): on CPUs with bf16 matrix
 instructions (AVX512-BF16, AMX) the target's (K+1)-token forward gets cheaper, i.e. v falls, but the logits
 change slightly, so it is another target: compare it with plain sampling from the same FastGPT.
 
@@ -22,7 +23,7 @@ import torch
 import torch.nn as nn
 from torch.nn import functional as F
 
-from model import GPT, compact_moves
+from model import GPT, Features, compact_moves
 
 
 class FastGPT(nn.Module):
@@ -99,6 +100,7 @@ class FastGPT(nn.Module):
             x = x + F.linear(F.gelu(F.linear(F.layer_norm(x, (C,), ln2_w, ln2_b), fc_w, fc_b), approximate="tanh"),
                              out_w, out_b)
         self.length = end
+        self.features = self.model.features = Features(start, idx, x)  # on the wrapped model too: heads.py reads it
         return F.linear(F.layer_norm(x, (C,), *self.ln_f), self.wte).float(), None  # tied output embedding
 
 

@@ -19,6 +19,9 @@ What it is:
   also their position), each behind its own causal mask, and model.crop_rows(lengths) rolls rows back in O(1).
   Its shapes never depend on how many tokens a row holds (attention runs over the whole preallocated cache
   behind a mask, positions are tensors), so one width always runs the same kernels.
+- The features: every forward leaves the final block's output of the positions it scored (what ln_f and the LM
+  head read) in model.features, a Features(at, ids, x) record, at no extra cost. A draft that reads the target
+  (heads.py: EAGLE, Medusa) takes the features of the accepted prefix from there.
 - save_checkpoint / load_checkpoint: a plain-data dict (state_dict + model args + free-form meta such as the
   tokenizer), so torch.load(..., weights_only=True) works and nothing is guessed at load time.
 
@@ -44,6 +47,16 @@ class GPTConfig:
     n_embd: int = 384  # channels (C)
     dropout: float = 0.0  # dropout in training; eval() turns it off
     bias: bool = True  # biases in Linear and LayerNorm layers, as in GPT-2
+
+
+@dataclass
+class Features:
+    """What the last forward scored: x[0, i] is the final block's output at position at + i (the window's
+    position, as the cache counts), computed after reading ids[0, i]; the LM head turns it into the distribution
+    of the token at at + i + 1."""
+    at: int  # position of the first scored token: the cache length before the forward (0 without a cache)
+    ids: torch.Tensor  # (B, T) the tokens fed
+    x: torch.Tensor  # (B, T, C) the final block's output, before ln_f
 
 
 class KVCache:
@@ -189,6 +202,7 @@ class GPT(nn.Module):
         self.lm_head = nn.Linear(config.n_embd, config.vocab_size, bias=False)
         self.caches = []  # one KVCache per layer while decoding (reset_cache), or one RowKVCache (reset_row_cache)
         self.row_lengths = None  # (B,) tokens each row holds, with RowKVCaches
+        self.features = None  # Features of the last forward
         self.transformer.wte.weight = self.lm_head.weight  # weight tying (Press & Wolf 2017), as GPT-2
         self.apply(self._init_weights)
         for name, p in self.named_parameters():  # GPT-2's scaled init of the residual projections
@@ -292,6 +306,7 @@ class GPT(nn.Module):
         x = self.transformer.drop(self.transformer.wte(idx) + pos_emb)  # (B, T, C)
         for block in self.transformer.h:
             x = block(x, use_cache, mask)
+        self.features = Features(start, idx, x)  # what a draft that reads the target takes (heads.py)
         logits = self.lm_head(self.transformer.ln_f(x))  # (B, T, V)
         loss = None
         if targets is not None:
@@ -320,6 +335,7 @@ class GPT(nn.Module):
         at = (torch.arange(B, device=idx.device) if rows is None else rows)[:, None], slots, rows is None
         for block in self.transformer.h:
             x = block(x, True, mask, at)
+        self.features = Features(None, idx, x)  # rows sit at positions of their own (slots)
         if rows is None:
             self.row_lengths = lengths + T
         else:

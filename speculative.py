@@ -346,13 +346,14 @@ def speculative_generate(target, draft, idx, max_new_tokens, k=4, temperature=1.
     stats, tic = Stats() if stats is None else stats, time.perf_counter()
     tgt, drf = CachedModel(target, idx.device), CachedModel(draft, idx.device)
     end = len(tokens) + max_new_tokens
+    max_k = getattr(draft, "max_k", None) or max_new_tokens  # a draft may cap K (heads.MedusaDraft: one per head)
     probs = lambda logits: sampling_probs(logits, temperature, top_k, top_p)
     while len(tokens) < end:
         t = len(tokens)
         # subtle: a round emits up to K+1 tokens at positions t..t+K: it must stop at max_new_tokens and must not
         # cross a change of the target's s(t), whose one forward scores them all. (The draft, one token per
         # forward, re-fills its cache wherever its own window slides.)
-        limit = min(end - 1 - t, window_end(t, tgt.W) - t)
+        limit = min(end - 1 - t, window_end(t, tgt.W) - t, max_k)  # max_k: what the draft can propose
         K = auto.choose(limit) if auto else min(k, limit)  # auto: from earlier rounds only, so still exact
         n_tgt, n_drf = len(tgt.forwards), len(drf.forwards)
         kept = one_round(tgt, drf, tokens, K, probs, generator)
@@ -395,6 +396,10 @@ def check_inputs(target, draft, idx, max_new_tokens, k, temperature, top_k, top_
         raise ValueError(f"top_k must be None or an int >= 1, got {top_k!r}")
     if top_p is not None and not 0.0 < top_p <= 1.0:
         raise ValueError(f"top_p must be None or in (0, 1], got {top_p}")
+    max_k = getattr(draft, "max_k", None)
+    if max_k and isinstance(k, int) and k > max_k:
+        raise ValueError(f"k={k}, but this draft ({type(draft).__name__}) proposes at most {max_k} tokens per round: "
+                         f"pass k <= {max_k}, or k='auto' (which stays within it)")
     if draft is target:
         raise ValueError("the draft is the target object itself, but each needs its own KV cache: "
                          "pass a copy (copy.deepcopy(target)) to use a model as its own draft")

@@ -4,6 +4,7 @@ Train the target and the draft model of a speculative-sampling pair on a small c
     python train_draft.py --preset cpu-quick             # a usable small pair in minutes, in runs/cpu-quick/
     python train_draft.py --preset reference --role target   # the shipped target's recipe, in runs/reference/
     python train_draft.py --role draft --distill 1.0     # a draft trained on the target's distributions
+    python train_draft.py --head eagle --target checkpoints/target.pt   # a head that reads the target, runs/heads/
 
 Checkpoints go to runs/<preset>/ unless --out_dir says otherwise; the shipped pair (checkpoints/target.pt and
 checkpoints/draft.pt) is never overwritten unless --overwrite_shipped is given.
@@ -16,6 +17,12 @@ learns from (1-a) * cross-entropy on the data + a * D(p, q), p the target's next
 KL(p || q) or (--distill_loss tv) the total variation TV(p, q): speculative sampling accepts with probability
 sum_x min(p, q) = 1 - TV(p, q), so TV is exactly the acceptance that is lost. --init starts from a trained
 draft (fine-tuning). The contexts are the corpus' text, not samples from the draft (off-policy).
+
+--head eagle|medusa trains a draft that reads the target (heads.py) and leaves the target frozen: the target's
+features of a pool of corpus windows are computed once (--head_pool windows, the target never changes) and the
+head learns from them: EAGLE the next feature (smooth L1) and the target's next-token distribution (TV, a little
+cross-entropy), over 2 drafting steps; Medusa head i the target's distribution i places later. The validation
+line estimates alpha at T=1 per draft position (1 - TV against the target, teacher-forced).
 
 What it leaves out: multi-GPU (DDP), gradient accumulation, and datasets bigger than memory-mapped uint16.
 """
@@ -31,6 +38,7 @@ from torch.nn import functional as F
 
 import data
 from cpu import add_threads_argument, use_threads
+import heads
 from model import GPT, SHIPPED, GPTConfig, load_checkpoint, save_checkpoint
 
 # ---- presets: the recipes we ran. Any flag given on the command line overrides them. -------------------------
@@ -58,6 +66,12 @@ PRESETS = {
                       max_iters=3000, lr=1e-3, min_lr=1e-4, warmup_iters=100, eval_interval=250, patience=3),
     },
 }
+HEADS = {  # --head: the recipes of the shipped heads (checkpoints/eagle.pt, checkpoints/medusa.pt)
+    "eagle": dict(n_layer=1, batch_size=16, max_iters=1500, lr=1e-3, min_lr=1e-4, warmup_iters=50, eval_interval=250,
+                  head_pool=4096),
+    "medusa": dict(n_heads=4, batch_size=16, max_iters=3000, lr=1e-3, min_lr=1e-4, warmup_iters=50, eval_interval=500,
+                   head_pool=4096),
+}
 DEFAULTS = dict(n_layer=4, n_head=4, n_embd=128, block_size=128, dropout=0.0, batch_size=16, max_iters=1000,
                 lr=1e-3, min_lr=1e-4, warmup_iters=50, eval_interval=250, patience=0)  # patience 0: no early stop
 
@@ -77,6 +91,10 @@ def get_args(argv=None):
                       ("batch_size", int), ("max_iters", int), ("lr", float), ("min_lr", float),
                       ("warmup_iters", int), ("eval_interval", int), ("patience", int)]:
         ap.add_argument(f"--{name}", type=typ, default=None, help=f"override the preset's {name}")
+    ap.add_argument("--head", choices=sorted(HEADS), default=None,
+                    help="train a draft that reads the target (heads.py) on --target's features, the target frozen")
+    ap.add_argument("--n_heads", type=int, default=None, help="with --head medusa: heads (the longest K)")
+    ap.add_argument("--head_pool", type=int, default=None, help="with --head: corpus windows whose features are kept")
     ap.add_argument("--eval_iters", type=int, default=20, help="batches per validation estimate")
     ap.add_argument("--weight_decay", type=float, default=0.1, help="AdamW's, on matrices and embeddings")
     ap.add_argument("--grad_clip", type=float, default=1.0, help="clip the gradient's norm to this")
@@ -94,12 +112,23 @@ def get_args(argv=None):
     for name, value in [("max_iters", args.max_iters), ("batch_size", args.batch_size), ("eval_iters", args.eval_iters)]:
         if value is not None and value < 1:
             ap.error(f"--{name} must be at least 1")
+    if args.n_heads is not None and args.n_heads < 1:
+        ap.error("--n_heads must be at least 1")
+    if args.head_pool is not None and args.head_pool < 1:
+        ap.error("--head_pool must be at least 1")
+    args.data_dir = args.data_dir or data.DATA_DIR
+    if args.head:
+        args.out_dir = args.out_dir or os.path.join("runs", "heads")
+        path = os.path.join(args.out_dir, f"{args.head}.pt")
+        if os.path.abspath(path) == heads.SHIPPED_HEADS[args.head] and not args.overwrite_shipped:
+            ap.error(f"--out_dir {args.out_dir} would overwrite the shipped {path}: train into a folder of your own "
+                     "(the default, runs/heads/), or add --overwrite_shipped to replace it")
+        return args
     if not 0.0 <= args.distill <= 1.0:
         ap.error("--distill is a weight between 0 (data only) and 1 (target only)")
     if args.distill > 0 and args.role == "target":
         ap.error("--distill trains a draft from a target: use --role draft (or both)")
     args.out_dir = args.out_dir or os.path.join("runs", args.preset)
-    args.data_dir = args.data_dir or data.DATA_DIR
     roles = ["target", "draft"] if args.role == "both" else [args.role]
     paths = [os.path.join(args.out_dir, f"{role}.pt") for role in roles]
     shipped = [p for p in paths if os.path.abspath(p) in SHIPPED.values()]
@@ -125,6 +154,16 @@ def lr_at(it, h):
         return h["lr"] * (it + 1) / h["warmup_iters"]
     ratio = min(1.0, (it - h["warmup_iters"]) / max(1, h["max_iters"] - h["warmup_iters"]))
     return h["min_lr"] + 0.5 * (1.0 + math.cos(math.pi * ratio)) * (h["lr"] - h["min_lr"])
+
+
+def step(optimizer, loss, lr, params, grad_clip):
+    """One optimizer step at learning rate lr, the gradient's norm clipped to grad_clip."""
+    for group in optimizer.param_groups:
+        group["lr"] = lr
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(params, grad_clip)
+    optimizer.step()
 
 
 def get_batch(ids, block_size, batch_size, generator, device):  # -> x, y (B, T)
@@ -234,13 +273,8 @@ def train_one(role, args, splits, tok, corpus_desc):
     t_last, tok_per_iter = time.time(), h["batch_size"] * h["block_size"]
     best, stale = float("inf"), 0  # the best validation loss so far, and evaluations since it (early stopping)
     for it in bar:
-        for group in optimizer.param_groups:
-            group["lr"] = lr_at(it, h)
         loss = loss_fn(*get_batch(train_ids, h["block_size"], h["batch_size"], gen, device))
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), args.grad_clip)
-        optimizer.step()
+        step(optimizer, loss, lr_at(it, h), model.parameters(), args.grad_clip)
         now = time.time()
         elapsed += now - t_last
         bar.set_postfix(loss=f"{loss.item():.3f}", tok_s=f"{tok_per_iter / max(now - t_last, 1e-9):.0f}", refresh=False)
@@ -261,12 +295,90 @@ def train_one(role, args, splits, tok, corpus_desc):
     return path
 
 
+@torch.no_grad()
+def feature_pool(target, ids, n, batch_size, generator, device):  # -> (windows (n, W), features (n, W, C) float16)
+    """n corpus windows of the target's block_size and the target's features of them, computed once."""
+    xs, fs = [], []
+    for i in range(0, n, batch_size):
+        x, _ = get_batch(ids, target.config.block_size, min(batch_size, n - i), generator, device)
+        target(x)
+        xs.append(x)
+        fs.append(target.features.x.half())
+    return torch.cat(xs), torch.cat(fs)
+
+
+def train_head(args, splits, tok, corpus_desc):
+    """--head: train an EagleDraft or MedusaDraft on the frozen target's features (module docstring)."""
+    device = autodetect_device(args.device)
+    tpath = args.target or os.path.join(args.out_dir, "target.pt")
+    try:
+        target, tmeta = load_checkpoint(tpath, device)
+    except (FileNotFoundError, ValueError) as e:
+        raise SystemExit(f"--target: {e}") from e
+    if tmeta.get("tokenizer") != tok.meta:
+        raise SystemExit(f"{tpath} was trained with another tokenizer than this run's corpus/tokenizer")
+    target.requires_grad_(False)
+    h = dict(HEADS[args.head])
+    h.update({k: getattr(args, k) for k in h if getattr(args, k, None) is not None})
+    torch.manual_seed(args.seed)
+    head = heads.EagleDraft(target, h["n_layer"]) if args.head == "eagle" else heads.MedusaDraft(target, h["n_heads"])
+    decay = [p for p in head.parameters() if p.dim() >= 2]
+    optimizer = torch.optim.AdamW([{"params": decay, "weight_decay": args.weight_decay},
+                                   {"params": [p for p in head.parameters() if p.dim() < 2], "weight_decay": 0.0}],
+                                  lr=h["lr"], betas=(0.9, 0.95))
+    gen = torch.Generator().manual_seed(args.seed)
+    tic = time.time()
+    train_x, train_f = feature_pool(target, splits[0], h["head_pool"], h["batch_size"], gen, device)
+    val_x, val_f = feature_pool(target, splits[1], args.eval_iters * h["batch_size"], h["batch_size"],
+                                torch.Generator().manual_seed(0), device)
+    path = os.path.join(args.out_dir, f"{args.head}.pt")
+    print(f"[{args.head}] {head.num_params() / 1e6:.2f}M params reading {tpath}, {h}; features of {len(train_x)} "
+          f"train and {len(val_x)} val windows in {time.time() - tic:.0f} s")
+
+    def loss_fn(x, f):
+        f = f.float()
+        return head.loss(x, f, head.target_head(f))  # the target's logits, from its features
+
+    @torch.no_grad()
+    def evaluate():  # -> the validation alpha estimate per draft position
+        head.eval()
+        sums = None
+        for i in range(0, len(val_x), h["batch_size"]):
+            _, alphas = loss_fn(val_x[i:i + h["batch_size"]], val_f[i:i + h["batch_size"]])
+            sums = alphas if sums is None else [a + b for a, b in zip(sums, alphas)]
+        head.train()
+        return [a / args.eval_iters for a in sums]
+
+    from tqdm import tqdm
+    head.train()
+    elapsed, t_last = 0.0, time.time()
+    bar = tqdm(range(h["max_iters"]), desc=args.head, mininterval=5, dynamic_ncols=True)
+    for it in bar:
+        pick = torch.randint(len(train_x), (h["batch_size"],), generator=gen)
+        loss, _ = loss_fn(train_x[pick], train_f[pick])
+        step(optimizer, loss, lr_at(it, h), head.parameters(), args.grad_clip)
+        now = time.time()
+        elapsed += now - t_last
+        bar.set_postfix(loss=f"{loss.item():.3f}", refresh=False)
+        if (it + 1) % h["eval_interval"] == 0 or it + 1 == h["max_iters"]:
+            alphas = evaluate()
+            heads.save(path, head, {"target": os.path.basename(tpath), "tokenizer": tok.meta, "corpus": corpus_desc,
+                                    "iter": it + 1, "val_alpha": alphas, "hparams": h,
+                                    "seed": args.seed, "device": device, "train_seconds": round(elapsed, 1)})
+            bar.write(f"[{args.head}] iter {it + 1}: val alpha (T=1, teacher-forced) by draft position "
+                      f"{', '.join(f'{a:.3f}' for a in alphas)}, {elapsed / 60:.1f} min -> {path}")
+        t_last = time.time()  # evaluation time is not training time
+    return path
+
+
 def main(argv=None):
     args = get_args(argv)
     print(f"threads: {use_threads(args.threads, autodetect_device(args.device))}")
     train_ids, val_ids, tok, desc = data.prepare(args.corpus, args.tokenizer, args.bpe_encoding, args.data_dir)
     print(f"corpus: {desc}; {len(train_ids):,} train / {len(val_ids):,} val tokens; "
           f"tokenizer {tok.kind}, vocab {tok.vocab_size}")
+    if args.head:
+        return train_head(args, (train_ids, val_ids), tok, desc)
     roles = ["target", "draft"] if args.role == "both" else [args.role]
     other = {"target": "draft", "draft": "target"}
     for role in roles:  # the pair must share a tokenizer: refuse to train half of a mismatched pair

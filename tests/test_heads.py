@@ -1,0 +1,208 @@
+"""Drafts that read the target (heads.py): EagleDraft and MedusaDraft keep speculative sampling exact.
+
+The proofs of the core, applied to them: the enumeration of every branch on a tiny float64 GPT target (K = 1..4,
+temperatures, top-k, top-p, the window sliding, both chain verifiers), a chi-square test per head, greedy equal to
+plain greedy. Then the naive path against the fast one (the draft's cached, incremental q against the same q
+recomputed from scratch), the checkpoint's refusal of another target, and a training smoke test.
+"""
+
+import pytest
+import torch
+
+import heads
+import speculative
+import train_draft
+import variants  # noqa: F401  (registers verify="block")
+from speculative import autoregressive_generate, speculative_generate
+from tests.conftest import random_gpt
+from tests.test_exact_enumeration import assert_same_distribution, enumerate_branches, target_joint
+from tests.test_statistics import chi2_critical, chi_square, exact_joint, sample_continuations
+
+
+def tiny_target(seed=0, block_size=6, vocab_size=3):
+    target = random_gpt(seed, vocab_size=vocab_size, block_size=block_size, n_layer=1, n_head=2, n_embd=8).double()
+    target.next_logits = lambda context: target(torch.tensor([context]))[0][0, -1]  # for target_joint
+    return target
+
+
+def make_head(kind, target, seed=1, scale=8.0):
+    """A fresh head whose q is far from the target's p: its weights scaled up (Medusa's start at zero otherwise)."""
+    torch.manual_seed(seed)
+    head = heads.EagleDraft(target) if kind == "eagle" else heads.MedusaDraft(target, n_heads=4)
+    with torch.no_grad():
+        for p in head.parameters():
+            p.copy_(torch.randn_like(p) * 0.02 * scale)
+    return head.eval()
+
+
+CASES = [  # (k, n new tokens, sampling, block_size, verify)
+    *[(k, 3, dict(temperature=1.0), 6, "tokenwise") for k in (1, 2, 3, 4)],
+    (2, 4, dict(temperature=0.5), 6, "tokenwise"),
+    (2, 3, dict(temperature=0.0), 6, "tokenwise"),  # greedy: one-hot p and q
+    (3, 3, dict(temperature=1.0, top_k=2), 6, "tokenwise"),
+    (2, 3, dict(temperature=0.8, top_p=0.7), 6, "tokenwise"),
+    (3, 4, dict(temperature=1.0), 4, "tokenwise"),  # the window slides at positions 4 and 6: extra reads
+    (3, 3, dict(temperature=1.0), 6, "block"),
+    (2, 4, dict(temperature=1.0), 4, "block"),
+]
+
+
+@pytest.mark.parametrize("kind", ["eagle", "medusa"])
+@pytest.mark.parametrize("k,n,sampling,block_size,verify", CASES)
+def test_head_output_distribution_equals_target_exactly(kind, k, n, sampling, block_size, verify, monkeypatch):
+    target = tiny_target(block_size=block_size)
+    draft = make_head(kind, target)
+    prompt = [2, 0]
+    run = lambda: speculative_generate(target, draft, torch.tensor([prompt]), n, k=k, verify=verify,
+                                       **sampling)[0][0, len(prompt):].tolist()
+    assert_same_distribution(enumerate_branches(run, monkeypatch), target_joint(target, prompt, n, **sampling))
+
+
+@pytest.mark.parametrize("kind", ["eagle", "medusa"])
+def test_enumeration_with_a_head_detects_a_broken_residual(kind, monkeypatch):
+    """The check can fail with these drafts too: resampling from p instead of norm(max(0, p - q)) is biased."""
+    target = tiny_target()
+    draft = make_head(kind, target)
+    monkeypatch.setattr(speculative, "residual", lambda p, q: p)
+    run = lambda: speculative_generate(target, draft, torch.tensor([[2, 0]]), 3, k=2)[0][0, 2:].tolist()
+    got, want = enumerate_branches(run, monkeypatch), target_joint(target, [2, 0], 3)
+    assert max(abs(got.get(s, 0) - want.get(s, 0)) for s in want) > 1e-3
+
+
+@pytest.mark.parametrize("kind", ["eagle", "medusa"])
+def test_head_samples_pass_chi_square_against_exact_target(kind):
+    """False-alarm rate 1e-3 per head (one chi-square test at its 0.999 quantile). The float32 real path: a
+    5-token vocabulary, a window of 8 that the 3 new tokens cross (prompt of 6)."""
+    torch.manual_seed(0)
+    target = random_gpt(0)
+    draft = make_head(kind, target)
+    prompt, N = [1, 4, 2, 0, 3, 1], 1500
+    joint = exact_joint(target, prompt, 3)
+    counts = sample_continuations(target, draft, prompt, 3, N, seed=0, k=3)
+    stat, df = chi_square(counts, joint, N)
+    assert stat < chi2_critical(df, 1e-3), f"chi-square {stat:.1f} with {df} dof: not the target's distribution"
+
+
+@pytest.mark.parametrize("kind", ["eagle", "medusa"])
+@pytest.mark.parametrize("k", [1, 3, 4])
+def test_greedy_with_a_head_equals_greedy_plain(kind, k):
+    target = random_gpt(3, vocab_size=11, block_size=16)
+    draft = make_head(kind, target)
+    prompt = torch.tensor([[1, 2, 3]])
+    plain, _ = autoregressive_generate(target, prompt, 40, temperature=0)  # crosses the window 4 times
+    spec, stats = speculative_generate(target, draft, prompt, 40, k=k, temperature=0)
+    assert spec.tolist() == plain.tolist()
+    assert draft.extra_reads == 1 + 4, "one read at the call's start and one at each slide of the window"
+
+
+@torch.no_grad()
+def uncached_features(target, tokens):  # -> (T, C), leaving target.features as the rounds left them
+    last = target.features
+    target(torch.tensor([tokens]))
+    f, target.features = target.features.x[0], last
+    return f
+
+
+@torch.no_grad()
+def reference_q(head, tokens, n_true):
+    """The naive path: q for the token after `tokens`, recomputed from scratch, when the target's features are known
+    for positions < n_true and the rest are the draft's own predictions, one position at a time."""
+    f = uncached_features(head.target, tokens)  # (T, C): the target's features, uncached
+    if isinstance(head, heads.MedusaDraft):
+        j, m = n_true - 1, len(tokens) - n_true  # the last known position; head m
+        return head.target_head(f[len(tokens) - 1] if m <= 0 else head.heads[m - 1](f[j]))
+    inputs = [torch.zeros_like(f[0])] + [f[i] for i in range(min(n_true, len(tokens) - 1))]
+    while len(inputs) < len(tokens):  # chain the predictions, each from a full, uncached forward
+        inputs.append(head.predict(torch.stack(inputs)[None], torch.tensor([tokens[:len(inputs)]]))[0, -1])
+    return head.target_head(head.predict(torch.stack(inputs)[None], torch.tensor([tokens]))[0, -1])
+
+
+@pytest.mark.parametrize("kind", ["eagle", "medusa"])
+@pytest.mark.parametrize("k,temperature", [(2, 1.0), (4, 1.0), (3, 0.0)])
+def test_cached_head_equals_its_naive_path(kind, k, temperature, monkeypatch):
+    """Every q the draft gives during real rounds (rollbacks, bonus tokens, window slides) equals reference_q. A flat
+    target (sharpness 1) keeps most drafts, so rounds end with drafts kept and their predictions replaced."""
+    target = random_gpt(4, vocab_size=11, block_size=16, sharpness=1.0)
+    draft = make_head(kind, target, scale=4.0)
+    real, checked = draft.forward, []
+
+    def spy(idx, **kw):
+        logits, _ = real(idx, **kw)
+        tokens = list(draft.ids)
+        n_true = draft.n_known()  # the later drafts of a round chain the draft's own predictions
+        want = reference_q(draft, tokens, n_true)
+        assert (logits[0, -1] - want).abs().max().item() < 1e-4, f"position {len(tokens)}, {n_true} features known"
+        known = draft.known
+        assert (known - uncached_features(target, tokens)[:len(known)]).abs().max().item() < 1e-4, "wrong features"
+        checked.append(len(tokens))
+        return logits, None
+    monkeypatch.setattr(draft, "forward", spy)
+    _, stats = speculative_generate(target, draft, torch.tensor([[5, 1, 2]]), 40, k=k, temperature=temperature,
+                         generator=torch.Generator().manual_seed(0))
+    assert len(checked) > 20
+    if temperature:
+        assert stats.accepted > stats.drafted / 2, "too few drafts kept to exercise the recomputation"
+
+
+def test_medusa_refuses_k_beyond_its_heads_and_auto_stays_within():
+    target = random_gpt(0)
+    draft = heads.MedusaDraft(target, n_heads=2)
+    with pytest.raises(ValueError, match="at most 2 tokens per round"):
+        speculative_generate(target, draft, torch.tensor([[1]]), 5, k=3)
+    _, stats = speculative_generate(target, draft, torch.tensor([[1]]), 30, k="auto")
+    assert max(K for _, K, _ in stats.rounds) <= 2
+
+
+def test_heads_refuse_trees_and_batches_clearly():
+    import batched
+    target = random_gpt(0)
+    draft = heads.EagleDraft(target)
+    with pytest.raises(ValueError, match="chains, not trees"):
+        speculative_generate(target, draft, torch.tensor([[1]]), 5, k=2, verify="tree")
+    with pytest.raises(ValueError, match="one sequence at a time"):
+        batched.speculative_generate_batch(target, draft, [[1], [2]], 5)
+
+
+def test_a_draft_given_another_target_is_refused_clearly():
+    target, other = random_gpt(0), random_gpt(1)
+    for draft in (heads.EagleDraft(target), heads.MedusaDraft(target, n_heads=2)):
+        with pytest.raises(ValueError, match="another target"):
+            speculative_generate(other, draft, torch.tensor([[1, 2]]), 20, k=2)
+
+
+def test_load_refuses_a_head_trained_for_another_target(tmp_path):
+    target, other = random_gpt(0), random_gpt(1)
+    for kind in ("eagle", "medusa"):
+        head = make_head(kind, target)
+        path = str(tmp_path / f"{kind}.pt")
+        heads.save(path, head, {"note": "test"})
+        loaded = heads.load(path, target)
+        assert type(loaded) is type(head) and loaded.meta == {"note": "test"}
+        for (name, a), b in zip(head.state_dict().items(), loaded.state_dict().values()):
+            assert (a - b).abs().max().item() < 1e-3, name  # float16 on disk
+        with pytest.raises(ValueError, match="trained for another target"):
+            heads.load(path, other)
+    with pytest.raises(FileNotFoundError, match="train_draft.py --head"):
+        heads.load(str(tmp_path / "missing.pt"), target)
+
+
+@pytest.mark.parametrize("kind", ["eagle", "medusa"])
+def test_training_a_head_on_a_tiny_corpus(kind, tmp_path, capsys):
+    """train_draft.py --head trains the head only, the target frozen, and writes a loadable checkpoint."""
+    corpus = tmp_path / "tiny.txt"
+    corpus.write_text("to be or not to be, that is the question.\n" * 60)
+    common = ["--corpus", str(corpus), "--data_dir", str(tmp_path / "data"), "--out_dir", str(tmp_path),
+              "--block_size", "16", "--batch_size", "4", "--eval_iters", "2", "--threads", "1"]
+    train_draft.main(["--role", "target", "--n_layer", "1", "--n_head", "2", "--n_embd", "16", "--max_iters", "2",
+                      "--eval_interval", "2", *common])
+    target_path = str(tmp_path / "target.pt")
+    before = torch.load(target_path, weights_only=True)["state_dict"]
+    train_draft.main(["--head", kind, "--target", target_path, "--max_iters", "6", "--eval_interval", "3",
+                      "--head_pool", "8", *common])
+    out = capsys.readouterr().out
+    assert "val alpha (T=1, teacher-forced) by draft position" in out
+    target, _ = train_draft.load_checkpoint(target_path)
+    head = heads.load(str(tmp_path / f"{kind}.pt"), target)
+    assert head.meta["iter"] == 6 and len(head.meta["val_alpha"]) == (2 if kind == "eagle" else 4)
+    after = torch.load(target_path, weights_only=True)["state_dict"]
+    assert all(torch.equal(before[k], after[k]) for k in before), "the target must stay frozen"
