@@ -147,7 +147,9 @@ def machine():
             f"torch {torch.__version__}, {torch.get_num_threads()} threads")
 
 
-def takes(params, K):  # -> does the verifier of params (verify=..., ...) take this K? (registry: speculative.ROUNDS)
+def takes(params, K, draft=None):  # -> does the verifier of params (verify=..., ...) take this K, and the draft?
+    if isinstance(K, int) and getattr(draft, "max_k", None) and K > draft.max_k:  # heads.MedusaDraft: K <= heads
+        return False
     try:
         round_for(k=K, **params)
         return True
@@ -250,7 +252,7 @@ def main(argv=None):
         sampling = SETTINGS[name]
         cols = [(dec, None, 0) for dec in args.decoder] + [  # (decoder, variant, K); K = 0: plain sampling
             (dec, v, K) for dec in args.decoder for v in range(len(variants)) for K in args.k
-            if takes(variants[v][2], K)]  # multidraft refuses auto (its entry's auto_k=False)
+            if takes(variants[v][2], K, variants[v][1])]  # multidraft refuses auto (its entry's auto_k=False)
         tps, rounds, fwd = {col: [] for col in cols}, {col: [] for col in cols}, {col: [] for col in cols}
         calls = {col: 0 for col in cols}
         draft_step = {}  # (decoder, variant) -> seconds of its draft steps

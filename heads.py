@@ -67,8 +67,8 @@ class ReadsTarget(nn.Module):
         return sum(p.numel() for p in self.parameters())
 
     @property
-    def dtype(self):
-        return next(self.parameters()).dtype
+    def dtype(self):  # the target's: a draft without weights of its own reads it too
+        return self.target.lm_head.weight.dtype
 
     # ---- the draft cache interface ----------------------------------------------------------------------------
 

@@ -5,6 +5,7 @@ Sample text with speculative sampling from a target/draft pair (default: the shi
     python sample.py --start "ROMEO:" --k 6 --temperature 1.0
     python sample.py --draft none                      # plain sampling from the target, for comparison
     python sample.py --draft ngram --ngram_n 3         # prompt-lookup draft: no draft model (variants.py)
+    python sample.py --draft eagle                     # a draft that reads the target's features (heads.py)
     python sample.py --verify block                    # another verifier (variants.py; lenient, typical: LOSSY)
     python sample.py --start FILE:prompt.txt --top_p 0.95
     python sample.py --batch 8                         # 8 samples generated together (batched.py)
@@ -32,6 +33,7 @@ from cross_vocab import CrossVocabDraft, shared_mass
 from fast import DECODERS, with_decoder
 from speculative import ROUNDS, SamplingError, Stats, autoregressive_generate, round_for, speculative_generate
 from variants import DRAFTS
+import heads  # noqa: F401  (registers --draft eagle and medusa in variants.DRAFTS)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 HELP = argparse.ArgumentDefaultsHelpFormatter  # --help shows every default
@@ -199,7 +201,21 @@ def check_draft_arguments(ap, args, names):
 
 
 def make_draft(args, name, target):  # -> variants.DRAFTS[name] built for this target, with the flags' parameters
-    return DRAFTS[name].make(target, **given(args, DRAFTS[name]))
+    try:
+        draft = DRAFTS[name].make(target, **given(args, DRAFTS[name]))
+    except (ValueError, FileNotFoundError) as e:  # e.g. a head trained for another target
+        raise SystemExit(f"--draft {name}: {e}") from e
+    max_k = getattr(draft, "max_k", None)  # a draft that caps K (heads.MedusaDraft: one token per head)
+    too_long = [K for K in (args.k if isinstance(args.k, list) else [args.k]) if isinstance(K, int) and K > max_k] \
+        if max_k else []
+    if too_long and not isinstance(args.k, list):
+        raise SystemExit(f"--draft {name} proposes at most {max_k} tokens per round: pass --k {max_k} or less, or --k auto")
+    if too_long:
+        print(f"--draft {name} proposes at most {max_k} tokens per round: its rows for K = "
+              f"{', '.join(map(str, too_long))} are left out")
+    if getattr(args, "batch", 0) and isinstance(draft, heads.ReadsTarget):
+        raise SystemExit(f"--draft {name} reads the target's features one sequence at a time: drop --batch")
+    return draft
 
 
 def parse_k(text):

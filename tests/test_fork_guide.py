@@ -73,7 +73,7 @@ def test_the_guides_test_file_passes(fork):
     folder, _, _ = fork
     out = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "test_mine.py"], cwd=folder,
                          capture_output=True, text=True, timeout=300)
-    assert out.returncode == 0 and "2 passed" in out.stdout, out.stdout[-3000:] + out.stderr[-2000:]
+    assert out.returncode == 0 and "3 passed" in out.stdout, out.stdout[-3000:] + out.stderr[-2000:]
 
 
 def test_an_unknown_verifier_points_to_the_plugin_flag(capsys):
