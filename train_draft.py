@@ -69,8 +69,8 @@ PRESETS = {
 HEADS = {  # --head: the recipes of the shipped heads (checkpoints/eagle.pt, checkpoints/medusa.pt)
     "eagle": dict(n_layer=1, batch_size=16, max_iters=1500, lr=1e-3, min_lr=1e-4, warmup_iters=50, eval_interval=250,
                   head_pool=4096),
-    "medusa": dict(n_heads=4, batch_size=16, max_iters=3000, lr=1e-3, min_lr=1e-4, warmup_iters=50, eval_interval=500,
-                   head_pool=4096),
+    "medusa": dict(n_heads=4, batch_size=16, max_iters=2000, lr=1e-3, min_lr=1e-4, warmup_iters=50, eval_interval=500,
+                   head_pool=2048),
 }
 DEFAULTS = dict(n_layer=4, n_head=4, n_embd=128, block_size=128, dropout=0.0, batch_size=16, max_iters=1000,
                 lr=1e-3, min_lr=1e-4, warmup_iters=50, eval_interval=250, patience=0)  # patience 0: no early stop
