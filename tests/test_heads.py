@@ -117,6 +117,22 @@ def reference_q(head, tokens, n_true):
     return head.target_head(head.predict(torch.stack(inputs)[None], torch.tensor([tokens]))[0, -1])
 
 
+@torch.no_grad()
+def test_eagle_training_steps_see_what_a_rounds_drafts_see():
+    """teacher_forced's step s at position j equals reference_q's chain: the target's features up to j - s, then
+    s - 1 predictions, each recomputed from scratch. So training sees the drafts' own view of the past."""
+    target = random_gpt(4, vocab_size=11, block_size=16)
+    head = make_head("eagle", target, scale=4.0)
+    tokens = [5, 1, 2, 7, 3, 3, 0, 9, 4]
+    f = uncached_features(target, tokens)
+    steps = head.teacher_forced(torch.tensor([tokens]), f[None], steps=3)
+    for s, out in enumerate(steps, 1):
+        for j in range(s - 1, len(tokens)):
+            want = reference_q(head, tokens[:j + 1], j - s + 1)  # features of positions < j - s + 1 known
+            got = head.target_head(out[0, j])
+            assert (got - want).abs().max().item() < 1e-5, f"step {s}, position {j}"
+
+
 @pytest.mark.parametrize("kind", ["eagle", "medusa"])
 @pytest.mark.parametrize("k,temperature", [(2, 1.0), (4, 1.0), (3, 0.0)])
 def test_cached_head_equals_its_naive_path(kind, k, temperature, monkeypatch):
@@ -203,6 +219,40 @@ def test_training_a_head_on_a_tiny_corpus(kind, tmp_path, capsys):
     assert "val alpha (T=1, teacher-forced) by draft position" in out
     target, _ = train_draft.load_checkpoint(target_path)
     head = heads.load(str(tmp_path / f"{kind}.pt"), target)
-    assert head.meta["iter"] == 6 and len(head.meta["val_alpha"]) == (2 if kind == "eagle" else 4)
+    assert head.meta["iter"] == 6 and len(head.meta["val_alpha"]) == (3 if kind == "eagle" else 4)
     after = torch.load(target_path, weights_only=True)["state_dict"]
     assert all(torch.equal(before[k], after[k]) for k in before), "the target must stay frozen"
+
+
+def test_sample_py_and_bench_py_run_the_shipped_heads(capsys):
+    """--draft eagle and --draft medusa load checkpoints/eagle.pt and medusa.pt for the shipped target."""
+    import bench
+    import sample
+    sample.main(["--draft", "eagle", "--num_samples", "1", "--max_new_tokens", "20", "--threads", "1"])
+    assert "draft eagle (2.07M)" in capsys.readouterr().out
+    bench.main(["--draft", "eagle,medusa", "--k", "2,6", "--settings", "t1.0", "--prompts", "1",
+                "--max_new_tokens", "8", "--repeats", "1", "--threads", "1"])
+    out = capsys.readouterr().out
+    assert "--draft medusa proposes at most 4 tokens per round: its rows for K = 6 are left out" in out
+    rows = [line.split(" | ")[1:3] for line in out.splitlines() if line.startswith("| t1.0")]
+    assert ["2", "eagle tokenwise"] in rows and ["6", "eagle tokenwise"] in rows and ["2", "medusa tokenwise"] in rows
+    assert ["6", "medusa tokenwise"] not in rows
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["--draft", "medusa", "--k", "6"], "--draft medusa proposes at most 4 tokens per round: pass --k 4 or less"),
+    (["--draft", "eagle", "--batch", "2"], "--draft eagle reads the target's features one sequence at a time"),
+])
+def test_sample_py_refuses_what_a_head_cannot_do(argv, message):
+    import sample
+    with pytest.raises(SystemExit, match=message):
+        sample.main(argv + ["--num_samples", "1", "--max_new_tokens", "5", "--threads", "1"])
+
+
+def test_sample_py_refuses_a_shipped_head_for_another_target(tmp_path):
+    import sample
+    from model import save_checkpoint
+    save_checkpoint(str(tmp_path / "t.pt"), random_gpt(0, vocab_size=78, block_size=16),
+                    {"tokenizer": torch.load(sample.SHIPPED["target"], weights_only=True)["meta"]["tokenizer"]})
+    with pytest.raises(SystemExit, match="--draft eagle: .* was trained for another target"):
+        sample.main(["--target", str(tmp_path / "t.pt"), "--draft", "eagle", "--max_new_tokens", "5"])
