@@ -21,7 +21,7 @@ draft (fine-tuning). The contexts are the corpus' text, not samples from the dra
 --head eagle|medusa trains a draft that reads the target (heads.py) and leaves the target frozen: the target's
 features of a pool of corpus windows are computed once (--head_pool windows, the target never changes) and the
 head learns from them: EAGLE the next feature (smooth L1) and the target's next-token distribution (TV, a little
-cross-entropy), over 3 drafting steps; Medusa head i the target's distribution i places later. The validation
+cross-entropy), over 2 drafting steps; Medusa head i the target's distribution i places later. The validation
 line estimates alpha at T=1 per draft position (1 - TV against the target, teacher-forced).
 
 What it leaves out: multi-GPU (DDP), gradient accumulation, and datasets bigger than memory-mapped uint16.
@@ -67,7 +67,7 @@ PRESETS = {
     },
 }
 HEADS = {  # --head: the recipes of the shipped heads (checkpoints/eagle.pt, checkpoints/medusa.pt)
-    "eagle": dict(n_layer=1, batch_size=16, max_iters=1200, lr=1e-3, min_lr=1e-4, warmup_iters=50, eval_interval=250,
+    "eagle": dict(n_layer=1, batch_size=16, max_iters=1500, lr=1e-3, min_lr=1e-4, warmup_iters=50, eval_interval=250,
                   head_pool=4096),
     "medusa": dict(n_heads=4, batch_size=16, max_iters=2000, lr=1e-3, min_lr=1e-4, warmup_iters=50, eval_interval=500,
                    head_pool=2048),
