@@ -240,3 +240,17 @@ def test_sample_py_refuses_a_shipped_head_for_another_target(tmp_path):
                     {"tokenizer": torch.load(sample.SHIPPED["target"], weights_only=True)["meta"]["tokenizer"]})
     with pytest.raises(SystemExit, match="--draft eagle: .* was trained for another target"):
         sample.main(["--target", str(tmp_path / "t.pt"), "--draft", "eagle", "--max_new_tokens", "5"])
+
+
+@pytest.mark.parametrize("kind", ["eagle", "medusa"])
+def test_a_head_reads_the_features_fast_py_leaves(kind):
+    """With fast.py's FastGPT as the target, the features land on the GPT the head reads: greedy output equals plain
+    greedy, and the head reads the target itself only at the call's start and at the window's slides."""
+    from fast import FastGPT
+    target = random_gpt(3, vocab_size=11, block_size=16)
+    draft = make_head(kind, target)
+    prompt = torch.tensor([[1, 2, 3]])
+    plain, _ = autoregressive_generate(target, prompt, 40, temperature=0)
+    spec, _ = speculative_generate(FastGPT(target), draft, prompt, 40, k=3, temperature=0)
+    assert spec.tolist() == plain.tolist()
+    assert draft.extra_reads == 1 + 4
