@@ -58,7 +58,7 @@ class ReadsTarget(nn.Module):
         object.__setattr__(self, "target", target)  # not a submodule
         self.config = GPTConfig(**asdict(target.config))  # the target's vocabulary and window: they slide together
         self.ids = []  # the tokens at the window's positions 0, 1, ... fed so far
-        self.known = None  # (n, C): the target's features of positions 0..n-1, for the tokens in self.ids
+        self.known = self.no_features()  # (n, C): the target's features of positions 0..n-1, for self.ids
         self.seen = None  # the target's Features record already read
         self.read_since_target = False  # an extra target forward ran and no target forward came since
         self.extra_reads = 0  # extra target forwards (call starts and window slides)
@@ -89,16 +89,15 @@ class ReadsTarget(nn.Module):
         """Forget the tokens from position n on, and their features."""
         assert 0 <= n <= len(self.ids), f"crop({n}) needs 0 <= n <= cache_len ({len(self.ids)})"
         del self.ids[n:]
-        self.known = self.known[:n] if self.known is not None and n else None
+        self.known = self.known[:n] if n else self.no_features()
         if n == 0:  # subtle: a new call or a slid window: the target's last features belong to another window
             self.seen, self.read_since_target = self.target.features, False
 
     def n_known(self):
-        return 0 if self.known is None else len(self.known)
+        return len(self.known)
 
-    def known_or_none(self):  # -> the known features, (0, C) when none
-        return self.known if self.known is not None else torch.zeros(0, self.config.n_embd, dtype=self.dtype,
-                                                                   device=self.target.lm_head.weight.device)
+    def no_features(self):  # -> (0, C), on the target's device and in its dtype
+        return self.target.lm_head.weight.new_zeros(0, self.config.n_embd)
 
     def absorb(self):
         """Take the features of the target's last forward at the positions whose tokens are still ours."""
@@ -114,7 +113,7 @@ class ReadsTarget(nn.Module):
             kept += 1
         if f.at + kept > n:
             new = f.x[0, n - f.at:kept].to(self.dtype)  # (m, C)
-            self.known = new if self.known is None else torch.cat([self.known, new])
+            self.known = torch.cat([self.known, new])
 
     def read_target(self, upto):
         """The extra forward: the target's features of positions 0..upto-1, computed without its cache."""
@@ -203,7 +202,7 @@ class EagleDraft(ReadsTarget):
             start, f_prev = end - 1, self.last[1][None, None]  # (1, 1, C)
         else:  # subtle: positions computed from predictions (the last round's drafts) are recomputed from features
             start = min(self.exact, end - T)
-            f_prev = self.known_or_none()[max(start - 1, 0):end - 1][None]  # (1, T', C): f_{start-1} .. f_{end-2}
+            f_prev = self.known[max(start - 1, 0):end - 1][None]  # (1, T', C): f_{start-1} .. f_{end-2}
             if start == 0:  # position 0 has no earlier feature
                 f_prev = torch.cat([f_prev.new_zeros(1, 1, f_prev.size(-1)), f_prev], 1)
         for block in self.h:  # the KV cache keeps only positions computed before `start`
@@ -329,14 +328,13 @@ def load(path, target):
     if not isinstance(ckpt, dict) or ckpt.get("kind") not in KINDS:
         raise ValueError(f"{path!r} is not a head checkpoint written by heads.save (a model checkpoint? pass it "
                          "as --draft PATH, not as a head)")
-    if not isinstance(target, GPT):
-        raise ValueError(f"heads.load needs the model.GPT target, got {type(target).__name__}")
-    if ckpt["target"] != fingerprint(target):
-        raise ValueError(f"{path!r} was trained for another target (fingerprint {ckpt['target']}; this target's is "
-                         f"{fingerprint(target)}): a head reads its own target's features. Train one for this target "
-                         f"with train_draft.py --head {ckpt['kind']} --target TARGET.pt")
     cls, _ = KINDS[ckpt["kind"]]
-    head = cls(target, **ckpt["args"])
+    head = cls(target, **ckpt["args"])  # refuses a target that is not a model.GPT
+    ours = fingerprint(target)
+    if ckpt["target"] != ours:
+        raise ValueError(f"{path!r} was trained for another target (fingerprint {ckpt['target']}; this target's is "
+                         f"{ours}): a head reads its own target's features. Train one for this target "
+                         f"with train_draft.py --head {ckpt['kind']} --target TARGET.pt")
     head.load_state_dict({k: v.to(head.dtype) for k, v in ckpt["state_dict"].items()})
     head.meta = ckpt["meta"]
     return head.eval()
