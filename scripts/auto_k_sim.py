@@ -1,0 +1,190 @@
+"""
+k="auto" against every fixed K on a simulated machine: the truth is known, so the score holds no clock noise.
+
+bench.py measures auto against the best fixed K on the real machine, where a 2-core CPU's timings drift by
+±10% within a run: a 95% ratio cannot be told from 90% with a few repeats, and the largest of several noisy
+medians favours itself. This script separates the chooser from the clock. It runs choose_k.AutoK, unchanged,
+on simulated rounds: each round drafts K tokens, keeps draft i with probability a_i given drafts 1..i-1 were
+kept, and costs K draft steps plus one target forward of K+1 tokens, each with lognormal clock noise and now and
+then a slow spell (a second job on the machine). AutoK sees only those noisy readings, as in
+speculative_generate; the score counts the true mean costs, plus the time no forward covers (sampling, Python:
+a fixed share per round and per draft), which AutoK never sees. The calls are bench.py's: 4 prompts x 128 new
+tokens, repeated, fresh calls sharing one Memory.
+
+    python scripts/auto_k_sim.py                      # the costs and acceptance measured on an AMD EPYC
+    python scripts/auto_k_sim.py --measure            # measure them on this machine first (about 40 s)
+    python scripts/auto_k_sim.py --accept 0.9 --c 0.2 # what-ifs: one a for every position, a dearer draft
+
+Left out: acceptance that changes with the text (hard and easy stretches across rounds), the window's slides,
+and costs that move with the batch. Times are in target steps (one 1-token target forward).
+"""
+
+import argparse
+import math
+import os
+import random
+import statistics
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the repository's modules
+
+from choose_k import AutoK, Memory  # noqa: E402
+
+# Measured with --measure on "AMD EPYC" (AVX2, AVX-512, AVX512-BF16), 2 threads, the shipped pair, fast decoder
+# (BENCHMARKS.md): (widths, c). widths[n - 1]: a forward of n tokens, in target steps; c: a draft step. The same
+# machine gave both, in two runs a minute apart: its wide forwards are cheap in some processes and dear in others.
+MACHINES = {
+    "cheap wide": ([1.00, 1.36, 1.51, 1.40, 1.10, 1.10, 1.21, 1.19, 1.29, 1.29, 1.28, 1.28, 1.35, 1.36, 1.44, 1.38,
+                    1.47], 0.052),
+    "dear wide": ([1.00, 1.35, 1.50, 1.41, 1.55, 1.73, 1.90, 1.56, 1.67, 1.84, 1.97, 1.68, 1.74, 1.73, 1.86, 1.79,
+                   1.91], 0.067),
+}
+OVERHEAD = (0.06, 0.010)  # time outside the forwards: per round, per draft token (target steps)
+ACCEPT = {  # a_i = P(draft i kept | drafts 1..i-1 kept), i = 1..16, from rounds of K = 16 on the held-out prompts
+    "t1.0": [0.77, 0.84, 0.87, 0.88, 0.88, 0.89, 0.95, 0.91, 0.86, 0.73, 0.89, 0.88, 0.92, 0.82, 0.89, 0.92],
+    "t0": [0.80, 0.72, 0.89, 0.97, 0.97, 0.95, 0.92, 0.97, 0.91, 1.00, 0.69, 0.72, 0.46, 1.00, 0.67, 0.00],
+}
+
+
+def kept_in_round(K, accept, rng):  # -> drafts kept of K, draft i kept with probability accept[i - 1]
+    n = 0
+    while n < K and rng.random() < accept[n]:
+        n += 1
+    return n
+
+
+class FixedK:  # the chooser of k=K, with AutoK's two methods
+    def __init__(self, K):
+        self.K = K
+
+    def choose(self, limit):
+        return min(self.K, limit)
+
+    def update(self, *args):
+        pass
+
+
+def run(chooser, accept, widths, c, overhead, seed, calls=20, new_tokens=128, noise=0.1, spells=0.01, auto=AutoK):
+    """-> (tokens per target step over `calls` fresh calls, the K of every round). chooser: "auto" (an `auto` per
+    call, one Memory for all, as speculative_generate's k="auto") or an int K."""
+    rng, memory = random.Random(seed), Memory()
+    seconds, tokens, ks, slow, spell_left = 0.0, 0, [], 1.0, 0
+    k_max = len(widths) - 1
+    for _ in range(calls):
+        choose = auto(k_max=k_max, memory=memory, setting="sim") if chooser == "auto" else FixedK(chooser)
+        made = 0
+        while made < new_tokens:
+            K = choose.choose(min(k_max, new_tokens - 1 - made))  # speculative_generate's limit (no slides)
+            if spell_left == 0 and rng.random() < spells:  # a second job starts: everything slower for a while
+                spell_left, slow = rng.randint(20, 80), rng.uniform(1.2, 1.6)
+            slow, spell_left = (slow, spell_left - 1) if spell_left else (1.0, 0)
+            clock = lambda mean: mean * slow * math.exp(rng.gauss(0, noise))  # what a clock reading says
+            kept = kept_in_round(K, accept, rng)
+            choose.update(K, kept, [(1, clock(c)) for _ in range(K)], [(K + 1, clock(widths[K]))])
+            seconds += K * c + widths[K] + overhead[0] + K * overhead[1]  # the true mean cost
+            tokens += kept + 1
+            made += kept + 1
+            ks.append(K)
+    return tokens / seconds, ks
+
+
+def compare(accept, widths, c, overhead=OVERHEAD, trials=40, fixed=range(1, 17), **kw):
+    """-> dict: auto's mean tokens per target step over `trials` seeds, each fixed K's, the best fixed K, auto / it,
+    and the spread of auto over the trials (each trial against the best fixed K's mean). auto=: another chooser
+    class with AutoK's constructor, choose and update."""
+    auto = [run("auto", accept, widths, c, overhead, seed, **kw) for seed in range(trials)]
+    kw.pop("auto", None)
+    rate = {K: statistics.mean(run(K, accept, widths, c, overhead, seed, **kw)[0] for seed in range(trials))
+            for K in fixed if K < len(widths)}
+    best = max(rate, key=rate.get)
+    per_trial = sorted(r / rate[best] for r, _ in auto)
+    return dict(auto=statistics.mean(r for r, _ in auto), fixed=rate, best=best,
+                ratio=statistics.mean(r for r, _ in auto) / rate[best],
+                p10=per_trial[len(per_trial) // 10], median=statistics.median(per_trial),
+                k_median=statistics.median(k for _, ks in auto for k in ks))
+
+
+def measure(k_max=16, repeats=60):
+    """-> (widths, c, {setting: a_i}) of the shipped pair on this machine, fast decoder: forwards of 1..k_max+1
+    tokens after a 100-token prompt (median of `repeats`, the widths interleaved), and a_i from rounds of
+    K = k_max on bench.py's held-out prompts (3 seeds each)."""
+    import time
+    import torch
+    import bench
+    import data
+    from fast import with_decoder
+    from model import load_checkpoint
+    from speculative import speculative_generate
+    target, meta = load_checkpoint("checkpoints/target.pt")
+    draft, _ = load_checkpoint("checkpoints/draft.pt")
+    target, draft = with_decoder("fast", target, draft)
+
+    def forward_s(model, n):  # seconds of one forward of n tokens after a 100-token prompt
+        model.reset_cache()
+        model(torch.zeros(1, 100, dtype=torch.long), use_cache=True)
+        tic = time.perf_counter()
+        model(torch.zeros(1, n, dtype=torch.long), use_cache=True)
+        return time.perf_counter() - tic
+    times = {n: [] for n in range(k_max + 2)}  # n = 0: the draft's one-token step
+    for _ in range(repeats):  # interleaved: a slow spell of the machine hits every width alike
+        for n in times:
+            times[n].append(forward_s(draft, 1) if n == 0 else forward_s(target, n))
+    step = statistics.median(times[1])
+    widths = [statistics.median(times[n]) / step for n in range(1, k_max + 2)]
+    c = statistics.median(times[0]) / step
+    prompts = bench.held_out_prompts(data.Tokenizer(meta["tokenizer"]), 4, 64, "shakespeare")
+    accept = {}
+    for name, temperature in (("t1.0", 1.0), ("t0", 0.0)):
+        tested, passed = [0] * k_max, [0] * k_max
+        for rep in range(3):
+            for i, prompt in enumerate(prompts):
+                gen = torch.Generator().manual_seed(100 * rep + i)
+                _, stats = speculative_generate(target, draft, prompt, 128, k=k_max, temperature=temperature,
+                                                generator=gen)
+                for _, K, n in stats.rounds:
+                    for j in range(min(n + 1, K)):  # positions 1..n kept, n+1 rejected (if n < K)
+                        tested[j] += 1
+                        passed[j] += j < n
+        accept[name] = []
+        for p, t in zip(passed, tested):  # a position no round reached takes its predecessor's value
+            accept[name].append(round(p / t, 2) if t else (accept[name][-1] if accept[name] else 0.5))
+    return widths, c, accept
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--measure", action="store_true", help="measure widths, c and a_i on this machine first")
+    ap.add_argument("--accept", default=None, help="a_1,...: acceptance by draft position, or one a for all "
+                    "(default: the measured profiles at t1.0 and t0)")
+    ap.add_argument("--c", type=float, default=None, help="draft step / target step (default: measured)")
+    ap.add_argument("--trials", type=int, default=40, help="seeds; each is --calls fresh calls")
+    ap.add_argument("--calls", type=int, default=20, help="calls per trial (bench.py: 4 prompts x 5 repeats)")
+    ap.add_argument("--noise", type=float, default=0.1, help="clock noise, the sd of log(reading / mean)")
+    ap.add_argument("--spells", type=float, default=0.01, help="chance per round that a slow spell starts")
+    args = ap.parse_args(argv)
+    machines, accept = dict(MACHINES), ACCEPT
+    if args.measure:
+        widths, c, accept = measure()
+        machines = {"measured here": (widths, c)}
+        print(f"measured here ({__import__('torch').get_num_threads()} threads): widths",
+              ", ".join(f"{w:.2f}" for w in widths), f"; c {c:.3f}")
+        for name, a in accept.items():
+            print(f"a_i at {name}:", ", ".join(f"{x:.2f}" for x in a))
+    if args.accept:
+        values = [float(x) for x in args.accept.split(",")]
+        accept = {"--accept": values * 16 if len(values) == 1 else values + values[-1:] * (16 - len(values))}
+    if args.c is not None:
+        machines = {name: (widths, args.c) for name, (widths, _) in machines.items()}
+    print(f"{args.trials} trials x {args.calls} calls x 128 new tokens; clock noise {args.noise}, slow spells "
+          f"{args.spells} per round; auto against each fixed K = 1..16 on the same seeds")
+    print("| widths | c | acceptance | best fixed K | its tokens/step | auto tokens/step | auto / best | "
+          "auto / best, per trial: 10th percentile, median | auto's K: median |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for machine, (widths, c) in machines.items():
+        for name, a in accept.items():
+            r = compare(a, widths, c, trials=args.trials, calls=args.calls, noise=args.noise, spells=args.spells)
+            print(f"| {machine} | {c:.3f} | {name} | {r['best']} | {r['fixed'][r['best']]:.3f} | {r['auto']:.3f} | "
+                  f"{r['ratio']:.0%} | {r['p10']:.0%}, {r['median']:.0%} | {r['k_median']:g} |")
+
+if __name__ == "__main__":
+    main()
