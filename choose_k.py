@@ -12,17 +12,16 @@ and the best K is its argmax. a, c and v differ by model pair, prompt and machin
 K at 4 on one 2-core CPU and 7 on another), so AutoK estimates all three from the rounds so far:
   a     by draft position: a_i = P(draft i kept | drafts 1..i-1 kept), counted over the rounds so far, each
         leaning on a_(i-1) with 2 pseudo-rounds and a_0 = alpha = kept / (kept + rejections) with one pseudo-count
-        of each (so it starts at 0.5); the round's expected tokens are 1 + a_1 + a_1 a_2 + ... (Theorem 3.8's
-        (1 - a^(K+1)) / (1 - a) when every a_i = a)
+        of each (so it starts at 0.5); a round's expected tokens are 1 + a_1 + a_1 a_2 + ..., which is Theorem
+        3.8's (1 - a^(K+1)) / (1 - a) when every a_i = a
   c, v  the median seconds of recent draft steps and of recent target forwards of each width, with a straight
-        line through the target's widths (v grows with K on a CPU). A measured width costs its own median
-        weighed against the line's guess, the line counting as `line_weight` readings: a width read often costs
-        what it measured (one width can be slower than wider ones, its matrix kernels differ), one read a few
-        times leans on the line, so a lucky reading does not win the argmax. While only one width is known every
-        width is assumed to cost the same -- optimism that makes it try a longer K, measure it, and come back if
-        that was wrong. scripts/auto_k_sim.py scores this rule against every fixed K on a simulated machine.
+        line through the target's widths (v grows with K on a CPU): a width measured at least `own_after` times
+        costs its own median (one width can be slower than wider ones, its matrix kernels differ), others are
+        guessed from the line, and while only one width is known every width is assumed to cost the same --
+        optimism that makes it try a longer K, measure it, and come back if that was wrong.
 Only the target's ratio matters, so the one-token target step, which speculative sampling never runs, cancels
 out: the argmax of (1 - a^(K+1)) / ((1 - a) (K t_draft + t_target(K+1))) is the same K.
+scripts/auto_k_sim.py scores this rule against every fixed K on a simulated machine, where the truth is known.
 
 Why this stays exact: K for a round is fixed before the round starts, from the past only (earlier tokens,
 earlier accept/reject outcomes, clock readings). Given the past, the round is an ordinary Algorithm 2 round,
@@ -68,16 +67,14 @@ class AutoK:
     (deterministic: for tests and what-ifs). Pass one object as k= to several calls to keep what it learned.
     """
 
-    def __init__(self, k_max=16, k_first=4, costs=None, recent=32, memory=None, setting=None, prior=64, line_weight=8):
+    def __init__(self, k_max=16, k_first=4, costs=None, recent=32, memory=None, setting=None, prior=64, own_after=4):
         if not isinstance(k_max, int) or isinstance(k_max, bool) or k_max < 1:
             raise ValueError(f"AutoK: k_max must be an int >= 1, got {k_max!r}")
         if not isinstance(k_first, int) or isinstance(k_first, bool) or not 1 <= k_first <= k_max:
             raise ValueError(f"AutoK: k_first must be an int in [1, k_max={k_max}], got {k_first!r}")
-        if not isinstance(line_weight, (int, float)) or isinstance(line_weight, bool) or not line_weight > 0:
-            raise ValueError(f"AutoK: line_weight must be a number > 0 (readings the line counts as), got {line_weight!r}")
         if costs is not None and not (len(costs) == 2 and costs[0] >= 0 and callable(costs[1])):
             raise ValueError("AutoK: costs must be (c, v) with c >= 0 and v a function K -> v(K), e.g. (0.1, lambda K: 1.0)")
-        self.k_max, self.k_first, self.costs, self.line_weight = k_max, k_first, costs, line_weight
+        self.k_max, self.k_first, self.costs, self.own_after = k_max, k_first, costs, own_after
         self.kept, self.rejections = 0, 0
         self.memory = memory or Memory(recent)  # costs: this call's own, or shared with earlier calls
         self.draft_s, self.target_s = self.memory.draft_s, self.memory.target_s
@@ -135,13 +132,10 @@ class AutoK:
             t0 = sum(widths[n] * w for n, w in weights.items()) / total
             var = sum(w * (n - n0) ** 2 for n, w in weights.items())
             slope = max(0.0, sum(w * (n - n0) * (widths[n] - t0) for n, w in weights.items()) / var)
-        line = lambda n: max(t0 + slope * (n - n0), 1e-9)
-        # a width's own median against the line's guess, the line weighing as `line_weight` readings: on a CPU one
-        # width can be slower than wider ones (its matrix kernels differ), which a line would smooth away; a width
-        # read only a few times leans on the line, so one lucky reading does not make it the argmax.
-        target = lambda n: (weights.get(n, 0) * widths.get(n, 0.0) + self.line_weight * line(n)) / (
-            weights.get(n, 0) + self.line_weight)
-        return lambda K: K * t_draft + target(K + 1)
+        # a width measured often enough costs what it measured: on a CPU one width can be slower than wider ones
+        # (its matrix kernels differ), which a line would smooth away. Others come from the line.
+        own = {n: t for n, t in widths.items() if weights[n] >= self.own_after}
+        return lambda K: K * t_draft + own.get(K + 1, max(t0 + slope * (K + 1 - n0), 1e-9))
 
     def choose(self, limit):
         """-> K in [0, limit]: the draft length for the next round (limit: tokens and window left, at most k_max)."""

@@ -31,15 +31,15 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__)))) 
 from choose_k import AutoK, Memory  # noqa: E402
 
 # Measured with --measure on "AMD EPYC" (AVX2, AVX-512, AVX512-BF16), 2 threads, the shipped pair, fast decoder
-# (BENCHMARKS.md): (widths, c). widths[n - 1]: a forward of n tokens, in target steps; c: a draft step. The same
-# machine gave both, in two runs a minute apart: its wide forwards are cheap in some processes and dear in others.
+# (BENCHMARKS.md): (widths, c, overhead), in target steps. widths[n - 1]: a forward of n tokens; c: a draft step;
+# overhead: the time no forward covers (sampling, Python), per round and per draft. The same machine gave both,
+# in runs minutes apart: its wide forwards are cheap in some processes and dear in others.
 MACHINES = {
-    "cheap wide": ([1.00, 1.36, 1.51, 1.40, 1.10, 1.10, 1.21, 1.19, 1.29, 1.29, 1.28, 1.28, 1.35, 1.36, 1.44, 1.38,
-                    1.47], 0.052),
-    "dear wide": ([1.00, 1.35, 1.50, 1.41, 1.55, 1.73, 1.90, 1.56, 1.67, 1.84, 1.97, 1.68, 1.74, 1.73, 1.86, 1.79,
-                   1.91], 0.067),
+    "cheap wide": ([1.00, 1.35, 1.51, 1.45, 1.12, 1.13, 1.23, 1.25, 1.31, 1.32, 1.31, 1.34, 1.42, 1.41, 1.50, 1.42,
+                    1.51], 0.053, (0.047, 0.017)),
+    "dear wide": ([1.00, 1.35, 1.53, 1.44, 1.56, 1.78, 1.93, 1.59, 1.70, 1.88, 2.00, 1.73, 1.78, 1.79, 1.92, 1.82,
+                   1.96], 0.062, (0.050, 0.018)),
 }
-OVERHEAD = (0.06, 0.010)  # time outside the forwards: per round, per draft token (target steps)
 ACCEPT = {  # a_i = P(draft i kept | drafts 1..i-1 kept), i = 1..16, from rounds of K = 16 on the held-out prompts
     "t1.0": [0.77, 0.84, 0.87, 0.88, 0.88, 0.89, 0.95, 0.91, 0.86, 0.73, 0.89, 0.88, 0.92, 0.82, 0.89, 0.92],
     "t0": [0.80, 0.72, 0.89, 0.97, 0.97, 0.95, 0.92, 0.97, 0.91, 1.00, 0.69, 0.72, 0.46, 1.00, 0.67, 0.00],
@@ -88,7 +88,7 @@ def run(chooser, accept, widths, c, overhead, seed, calls=20, new_tokens=128, no
     return tokens / seconds, ks
 
 
-def compare(accept, widths, c, overhead=OVERHEAD, trials=40, fixed=range(1, 17), **kw):
+def compare(accept, widths, c, overhead, trials=40, fixed=range(1, 17), **kw):
     """-> dict: auto's mean tokens per target step over `trials` seeds, each fixed K's, the best fixed K, auto / it,
     and the spread of auto over the trials (each trial against the best fixed K's mean). auto=: another chooser
     class with AutoK's constructor, choose and update."""
@@ -105,9 +105,10 @@ def compare(accept, widths, c, overhead=OVERHEAD, trials=40, fixed=range(1, 17),
 
 
 def measure(k_max=16, repeats=60):
-    """-> (widths, c, {setting: a_i}) of the shipped pair on this machine, fast decoder: forwards of 1..k_max+1
-    tokens after a 100-token prompt (median of `repeats`, the widths interleaved), and a_i from rounds of
-    K = k_max on bench.py's held-out prompts (3 seeds each)."""
+    """-> (widths, c, overhead, {setting: a_i}) of the shipped pair on this machine, fast decoder: forwards of
+    1..k_max+1 tokens after a 100-token prompt (median of `repeats`, the widths interleaved); a_i from rounds of
+    K = k_max on bench.py's held-out prompts (3 seeds each); the time outside the forwards, per round and per
+    draft, from those calls and calls with K = 4."""
     import time
     import torch
     import bench
@@ -133,23 +134,30 @@ def measure(k_max=16, repeats=60):
     widths = [statistics.median(times[n]) / step for n in range(1, k_max + 2)]
     c = statistics.median(times[0]) / step
     prompts = bench.held_out_prompts(data.Tokenizer(meta["tokenizer"]), 4, 64, "shakespeare")
-    accept = {}
-    for name, temperature in (("t1.0", 1.0), ("t0", 0.0)):
+    accept, outside = {}, {}  # outside: K -> [rounds, drafts, seconds no forward covers]
+    for name, temperature, K in (("t1.0", 1.0, k_max), ("t0", 0.0, k_max), ("t1.0", 1.0, 4)):
         tested, passed = [0] * k_max, [0] * k_max
+        totals = outside.setdefault(K, [0, 0, 0.0])
         for rep in range(3):
             for i, prompt in enumerate(prompts):
                 gen = torch.Generator().manual_seed(100 * rep + i)
-                _, stats = speculative_generate(target, draft, prompt, 128, k=k_max, temperature=temperature,
+                _, stats = speculative_generate(target, draft, prompt, 128, k=K, temperature=temperature,
                                                 generator=gen)
-                for _, K, n in stats.rounds:
-                    for j in range(min(n + 1, K)):  # positions 1..n kept, n+1 rejected (if n < K)
+                for _, k, n in stats.rounds:
+                    for j in range(min(n + 1, k)):  # positions 1..n kept, n+1 rejected (if n < k)
                         tested[j] += 1
                         passed[j] += j < n
-        accept[name] = []
-        for p, t in zip(passed, tested):  # a position no round reached takes its predecessor's value
-            accept[name].append(round(p / t, 2) if t else (accept[name][-1] if accept[name] else 0.5))
-    return widths, c, accept
-
+                totals[0] += len(stats.rounds)
+                totals[1] += sum(k for _, k, _ in stats.rounds)
+                totals[2] += stats.total_time - sum(stats.target_times) - sum(stats.draft_times)
+        if K == k_max:
+            accept[name] = []
+            for p, t in zip(passed, tested):  # a position no round reached takes its predecessor's value
+                accept[name].append(round(p / t, 2) if t else (accept[name][-1] if accept[name] else 0.5))
+    (r1, d1, s1), (r2, d2, s2) = outside[k_max], outside[4]  # s = per_round * r + per_draft * d, two K's
+    per_draft = max(0.0, (s1 * r2 - s2 * r1) / (d1 * r2 - d2 * r1))
+    per_round = max(0.0, (s2 - per_draft * d2) / r2)
+    return widths, c, (per_round / step, per_draft / step), accept
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -164,25 +172,27 @@ def main(argv=None):
     args = ap.parse_args(argv)
     machines, accept = dict(MACHINES), ACCEPT
     if args.measure:
-        widths, c, accept = measure()
-        machines = {"measured here": (widths, c)}
+        widths, c, overhead, accept = measure()
+        machines = {"measured here": (widths, c, overhead)}
         print(f"measured here ({__import__('torch').get_num_threads()} threads): widths",
-              ", ".join(f"{w:.2f}" for w in widths), f"; c {c:.3f}")
+              ", ".join(f"{w:.2f}" for w in widths), f"; c {c:.3f}; outside the forwards {overhead[0]:.3f} per "
+              f"round, {overhead[1]:.3f} per draft")
         for name, a in accept.items():
             print(f"a_i at {name}:", ", ".join(f"{x:.2f}" for x in a))
     if args.accept:
         values = [float(x) for x in args.accept.split(",")]
         accept = {"--accept": values * 16 if len(values) == 1 else values + values[-1:] * (16 - len(values))}
     if args.c is not None:
-        machines = {name: (widths, args.c) for name, (widths, _) in machines.items()}
+        machines = {name: (widths, args.c, overhead) for name, (widths, _, overhead) in machines.items()}
     print(f"{args.trials} trials x {args.calls} calls x 128 new tokens; clock noise {args.noise}, slow spells "
           f"{args.spells} per round; auto against each fixed K = 1..16 on the same seeds")
     print("| widths | c | acceptance | best fixed K | its tokens/step | auto tokens/step | auto / best | "
           "auto / best, per trial: 10th percentile, median | auto's K: median |")
     print("|---|---|---|---|---|---|---|---|---|")
-    for machine, (widths, c) in machines.items():
+    for machine, (widths, c, overhead) in machines.items():
         for name, a in accept.items():
-            r = compare(a, widths, c, trials=args.trials, calls=args.calls, noise=args.noise, spells=args.spells)
+            r = compare(a, widths, c, overhead, trials=args.trials, calls=args.calls, noise=args.noise,
+                        spells=args.spells)
             print(f"| {machine} | {c:.3f} | {name} | {r['best']} | {r['fixed'][r['best']]:.3f} | {r['auto']:.3f} | "
                   f"{r['ratio']:.0%} | {r['p10']:.0%}, {r['median']:.0%} | {r['k_median']:g} |")
 
