@@ -104,11 +104,11 @@ def compare(accept, widths, c, overhead, trials=40, fixed=range(1, 17), **kw):
                 k_median=statistics.median(k for _, ks in auto for k in ks))
 
 
-def measure(k_max=16, repeats=60):
+def measure(k_max=16, repeats=60, new_tokens=128, seeds=3):
     """-> (widths, c, overhead, {setting: a_i}) of the shipped pair on this machine, fast decoder: forwards of
     1..k_max+1 tokens after a 100-token prompt (median of `repeats`, the widths interleaved); a_i from rounds of
-    K = k_max on bench.py's held-out prompts (3 seeds each); the time outside the forwards, per round and per
-    draft, from those calls and calls with K = 4."""
+    K = k_max on bench.py's held-out prompts (`seeds` each); the time outside the forwards, per round and per
+    draft, from those calls and calls with K = k_max // 4."""
     import time
     import torch
     import bench
@@ -134,14 +134,16 @@ def measure(k_max=16, repeats=60):
     widths = [statistics.median(times[n]) / step for n in range(1, k_max + 2)]
     c = statistics.median(times[0]) / step
     prompts = bench.held_out_prompts(data.Tokenizer(meta["tokenizer"]), 4, 64, "shakespeare")
+    assert k_max >= 2, "measure() needs k_max >= 2: the time outside the forwards is fitted from two K"
+    short = max(1, k_max // 4)  # K = 4 for the default k_max = 16
     accept, outside = {}, {}  # outside: K -> [rounds, drafts, seconds no forward covers]
-    for name, temperature, K in (("t1.0", 1.0, k_max), ("t0", 0.0, k_max), ("t1.0", 1.0, 4)):
+    for name, temperature, K in (("t1.0", 1.0, k_max), ("t0", 0.0, k_max), ("t1.0", 1.0, short)):
         tested, passed = [0] * k_max, [0] * k_max
         totals = outside.setdefault(K, [0, 0, 0.0])
-        for rep in range(3):
+        for rep in range(seeds):
             for i, prompt in enumerate(prompts):
                 gen = torch.Generator().manual_seed(100 * rep + i)
-                _, stats = speculative_generate(target, draft, prompt, 128, k=K, temperature=temperature,
+                _, stats = speculative_generate(target, draft, prompt, new_tokens, k=K, temperature=temperature,
                                                 generator=gen)
                 for _, k, n in stats.rounds:
                     for j in range(min(n + 1, k)):  # positions 1..n kept, n+1 rejected (if n < k)
@@ -154,7 +156,7 @@ def measure(k_max=16, repeats=60):
             accept[name] = []
             for p, t in zip(passed, tested):  # a position no round reached takes its predecessor's value
                 accept[name].append(round(p / t, 2) if t else (accept[name][-1] if accept[name] else 0.5))
-    (r1, d1, s1), (r2, d2, s2) = outside[k_max], outside[4]  # s = per_round * r + per_draft * d, two K's
+    (r1, d1, s1), (r2, d2, s2) = outside[k_max], outside[short]  # s = per_round * r + per_draft * d
     per_draft = max(0.0, (s1 * r2 - s2 * r1) / (d1 * r2 - d2 * r1))
     per_round = max(0.0, (s2 - per_draft * d2) / r2)
     return widths, c, (per_round / step, per_draft / step), accept
@@ -170,17 +172,28 @@ def main(argv=None):
     ap.add_argument("--noise", type=float, default=0.1, help="clock noise, the sd of log(reading / mean)")
     ap.add_argument("--spells", type=float, default=0.01, help="chance per round that a slow spell starts")
     args = ap.parse_args(argv)
+    if args.trials < 1 or args.calls < 1 or args.noise < 0 or not 0 <= args.spells <= 1:
+        ap.error("--trials and --calls must be >= 1, --noise >= 0, --spells in [0, 1]")
+    if args.c is not None and args.c < 0:
+        ap.error(f"--c is a draft step in target steps, >= 0; got {args.c}")
+    if args.accept:
+        try:
+            values = [float(x) for x in args.accept.split(",")]
+        except ValueError:
+            values = []
+        if not values or not all(0 <= a <= 1 for a in values):
+            ap.error(f"--accept takes probabilities in [0, 1], comma-separated (a_1,a_2,...) or one for all; "
+                     f"got {args.accept!r}")
     machines, accept = dict(MACHINES), ACCEPT
     if args.measure:
+        import torch
         widths, c, overhead, accept = measure()
         machines = {"measured here": (widths, c, overhead)}
-        print(f"measured here ({__import__('torch').get_num_threads()} threads): widths",
-              ", ".join(f"{w:.2f}" for w in widths), f"; c {c:.3f}; outside the forwards {overhead[0]:.3f} per "
-              f"round, {overhead[1]:.3f} per draft")
+        print(f"measured here ({torch.get_num_threads()} threads): widths", ", ".join(f"{w:.2f}" for w in widths),
+              f"; c {c:.3f}; outside the forwards {overhead[0]:.3f} per round, {overhead[1]:.3f} per draft")
         for name, a in accept.items():
             print(f"a_i at {name}:", ", ".join(f"{x:.2f}" for x in a))
-    if args.accept:
-        values = [float(x) for x in args.accept.split(",")]
+    if args.accept:  # one a for every position, or a_1..a_n with a_n for the positions after
         accept = {"--accept": values * 16 if len(values) == 1 else values + values[-1:] * (16 - len(values))}
     if args.c is not None:
         machines = {name: (widths, args.c, overhead) for name, (widths, _, overhead) in machines.items()}

@@ -204,3 +204,26 @@ def test_auto_reaches_95_percent_of_the_best_fixed_k_on_a_simulated_machine(mach
     if setting == "t0":  # the check can fail: one alpha undervalues the long greedy rounds and picks too short a K
         one = sim.compare(sim.ACCEPT[setting], widths, c, overhead, trials=32, fixed=[r["best"]], auto=OneAlpha)
         assert one["ratio"] < 0.95 and one["k_median"] < r["k_median"], one
+
+
+def test_auto_k_sim_prints_a_row_per_machine_and_acceptance(capsys):
+    load_auto_k_sim().main(["--trials", "2", "--calls", "2", "--accept", "0.9"])
+    rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith(("| cheap wide", "| dear wide"))]
+    assert len(rows) == 2 and all("| --accept |" in row for row in rows)
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["--accept", "0.9,x"], "--accept takes probabilities"), (["--accept", "1.5"], "--accept takes probabilities"),
+    (["--trials", "0"], "--trials and --calls"), (["--c", "-1"], "--c is a draft step"),
+])
+def test_auto_k_sim_bad_arguments_are_usage_errors(argv, message, capsys):
+    with pytest.raises(SystemExit) as e:
+        load_auto_k_sim().main(argv)
+    assert e.value.code == 2 and message in capsys.readouterr().err
+
+
+def test_auto_k_sim_measures_the_shipped_pair():
+    widths, c, overhead, accept = load_auto_k_sim().measure(k_max=3, repeats=3, new_tokens=12, seeds=1)
+    assert len(widths) == 4 and widths[0] == 1.0 and all(w > 0 for w in widths) and c > 0
+    assert all(x >= 0 for x in overhead) and set(accept) == {"t1.0", "t0"}
+    assert all(len(a) == 3 and all(0 <= x <= 1 for x in a) for a in accept.values())
