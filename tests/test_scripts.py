@@ -249,6 +249,13 @@ def test_auto_is_compared_with_a_best_k_chosen_on_other_repeats():
     assert K == 2 and ratio == pytest.approx(119 / 100)  # K = 2 won its own repeats, not the others
 
 
+def test_auto_against_the_best_k_repeat_by_repeat_gives_the_middle_half():
+    import bench
+    auto, best = dict(repeat_tps=[100, 110, 90, 100, 105]), dict(repeat_tps=[100] * 5)
+    q1, q3 = bench.per_repeat_spread(auto, best)  # ratios 0.9, 1.0, 1.0, 1.05, 1.1: quartiles at ranks 1.5, 4.5
+    assert (q1, q3) == (pytest.approx(0.95), pytest.approx(1.075))
+
+
 def test_bench_says_why_a_pair_does_not_pay():
     import bench
     text = bench.why_it_does_not_pay(0.4, 0.33, 1.1)
