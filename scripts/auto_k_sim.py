@@ -161,12 +161,13 @@ def measure(k_max=16, repeats=60, new_tokens=128, seeds=3):
     per_round = max(0.0, (s2 - per_draft * d2) / r2)
     return widths, c, (per_round / step, per_draft / step), accept
 
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--measure", action="store_true", help="measure widths, c and a_i on this machine first")
     ap.add_argument("--accept", default=None, help="a_1,...: acceptance by draft position, or one a for all "
                     "(default: the measured profiles at t1.0 and t0)")
-    ap.add_argument("--c", type=float, default=None, help="draft step / target step (default: measured)")
+    ap.add_argument("--c", type=float, default=None, help="draft step / target step (default: each machine's measured c)")
     ap.add_argument("--trials", type=int, default=40, help="seeds; each is --calls fresh calls")
     ap.add_argument("--calls", type=int, default=20, help="calls per trial (bench.py: 4 prompts x 5 repeats)")
     ap.add_argument("--noise", type=float, default=0.1, help="clock noise, the sd of log(reading / mean)")
@@ -208,6 +209,7 @@ def main(argv=None):
                         spells=args.spells)
             print(f"| {machine} | {c:.3f} | {name} | {r['best']} | {r['fixed'][r['best']]:.3f} | {r['auto']:.3f} | "
                   f"{r['ratio']:.0%} | {r['p10']:.0%}, {r['median']:.0%} | {r['k_median']:g} |")
+
 
 if __name__ == "__main__":
     main()
