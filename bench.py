@@ -151,8 +151,12 @@ def machine():
             f"torch {torch.__version__}, {torch.get_num_threads()} threads")
 
 
+def beyond_max_k(draft, K):  # -> is K more than the draft can propose (heads.MedusaDraft: one token per head)?
+    return isinstance(K, int) and bool(getattr(draft, "max_k", None)) and K > draft.max_k
+
+
 def takes(params, K, draft=None):  # -> does the verifier of params (verify=..., ...) take this K, and the draft?
-    if isinstance(K, int) and getattr(draft, "max_k", None) and K > draft.max_k:  # heads.MedusaDraft: K <= heads
+    if beyond_max_k(draft, K):
         return False
     try:
         round_for(k=K, **params)
@@ -242,6 +246,10 @@ def main(argv=None):
     for path in args.draft.split(","):
         draft = make_draft(args, path, target) if path in DRAFTS else cross_vocabulary(
             load(path, args.device, "draft"), tmeta, args.decoder[0])  # another tokenizer: cross_vocab.py
+        too_long = [K for K in args.k if beyond_max_k(draft, K)]
+        if too_long:
+            print(f"--draft {path} proposes at most {draft.max_k} tokens per round: its rows for K = "
+                  f"{', '.join(map(str, too_long))} are left out")
         name = path + "".join(str(v) for v in given(args, DRAFTS[path]).values()) if path in DRAFTS else (
             os.path.basename(path).removesuffix(".pt"))  # e.g. ngram3, draft
         for verify in args.verify:
