@@ -302,14 +302,12 @@ def fingerprint(target):
     return h.hexdigest()[:16]
 
 
-def kind_of(head):
-    return "eagle" if isinstance(head, EagleDraft) else "medusa"
-
-
 def save(path, head, meta=None):
     """Write {kind, args, state_dict (float16), target fingerprint, meta} atomically, as model.save_checkpoint."""
-    kind = kind_of(head)
-    arg = KINDS[kind][1]
+    kinds = [kind for kind, (cls, _) in KINDS.items() if isinstance(head, cls)]
+    if not kinds:
+        raise ValueError(f"heads.save writes the heads of KINDS ({', '.join(KINDS)}), not a {type(head).__name__}")
+    kind, arg = kinds[0], KINDS[kinds[0]][1]
     ckpt = {"kind": kind, "args": {arg: getattr(head, arg)}, "target": fingerprint(head.target),
             "state_dict": {k: v.detach().cpu().half() for k, v in head.state_dict().items()}, "meta": dict(meta or {})}
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)

@@ -156,6 +156,14 @@ def lr_at(it, h):
     return h["min_lr"] + 0.5 * (1.0 + math.cos(math.pi * ratio)) * (h["lr"] - h["min_lr"])
 
 
+def adamw(model, lr, weight_decay):
+    """AdamW as nanoGPT sets it: matrices and embeddings decay, biases and norms do not."""
+    decay = [p for p in model.parameters() if p.dim() >= 2]
+    no_decay = [p for p in model.parameters() if p.dim() < 2]
+    return torch.optim.AdamW([{"params": decay, "weight_decay": weight_decay},
+                              {"params": no_decay, "weight_decay": 0.0}], lr=lr, betas=(0.9, 0.95))
+
+
 def step(optimizer, loss, lr, params, grad_clip):
     """One optimizer step at learning rate lr, the gradient's norm clipped to grad_clip."""
     for group in optimizer.param_groups:
@@ -206,10 +214,7 @@ def train_one(role, args, splits, tok, corpus_desc):
             raise SystemExit(f"--init {args.init}: its shape {init.config} differs from this run's {config}; "
                              "pass the same --n_layer/--n_head/--n_embd/--block_size (or the preset it was trained with)")
         model.load_state_dict(init.state_dict())
-    decay = [p for p in model.parameters() if p.dim() >= 2]  # matrices and embeddings decay, biases/norms not
-    no_decay = [p for p in model.parameters() if p.dim() < 2]
-    optimizer = torch.optim.AdamW([{"params": decay, "weight_decay": args.weight_decay},
-                                   {"params": no_decay, "weight_decay": 0.0}], lr=h["lr"], betas=(0.9, 0.95))
+    optimizer = adamw(model, h["lr"], args.weight_decay)
     gen = torch.Generator().manual_seed(args.seed + 1000 * (role == "draft"))
     start_iter, elapsed = 0, 0.0
     if args.resume:
@@ -321,11 +326,9 @@ def train_head(args, splits, tok, corpus_desc):
     h = dict(HEADS[args.head])
     h.update({k: getattr(args, k) for k in h if getattr(args, k, None) is not None})
     torch.manual_seed(args.seed)
-    head = heads.EagleDraft(target, h["n_layer"]) if args.head == "eagle" else heads.MedusaDraft(target, h["n_heads"])
-    decay = [p for p in head.parameters() if p.dim() >= 2]
-    optimizer = torch.optim.AdamW([{"params": decay, "weight_decay": args.weight_decay},
-                                   {"params": [p for p in head.parameters() if p.dim() < 2], "weight_decay": 0.0}],
-                                  lr=h["lr"], betas=(0.9, 0.95))
+    cls, arg = heads.KINDS[args.head]  # EagleDraft and n_layer, or MedusaDraft and n_heads
+    head = cls(target, **{arg: h[arg]})
+    optimizer = adamw(head, h["lr"], args.weight_decay)
     gen = torch.Generator().manual_seed(args.seed)
     tic = time.time()
     train_x, train_f = feature_pool(target, splits[0], h["head_pool"], h["batch_size"], gen, device)

@@ -184,6 +184,8 @@ def test_load_refuses_a_head_trained_for_another_target(tmp_path):
             heads.load(path, other)
     with pytest.raises(FileNotFoundError, match="train_draft.py --head"):
         heads.load(str(tmp_path / "missing.pt"), target)
+    with pytest.raises(ValueError, match="writes the heads of KINDS"):  # a ReadsTarget of a fork's own
+        heads.save(str(tmp_path / "other.pt"), heads.ReadsTarget(target))
 
 
 @pytest.mark.parametrize("kind", ["eagle", "medusa"])
