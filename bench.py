@@ -5,9 +5,9 @@ speedup that Leviathan et al. 2023, Theorem 3.8, predicts from the measured acce
     python bench.py                                   # the shipped pair, K = 1..8, three sampling settings
     python bench.py --k 4 --settings t1.0 --draft runs/draft-1x64/draft.pt
     python bench.py --k 7 --settings t1.0 --profile   # and where the time goes (forward costs, cProfile)
-    python bench.py --k 4 --draft checkpoints/draft.pt,ngram --verify tokenwise,block   # variants.py, one table
+    python bench.py --k 4 --draft checkpoints/draft.pt,ngram --verify tokenwise,block   # verifiers/, one table
     python bench.py --init_from gpt2-xl --draft gpt2 --device cuda --k 4,6   # pretrained GPT-2 (transformers)
-    python bench.py --batch 1,2,4,8,16 --k 4,auto --settings t1.0   # batched.py: B rows at once (see batch_bench)
+    python bench.py --batch 1,2,4,8,16 --k 4,auto --settings t1.0   # engine/batched.py: B rows at once (see batch_bench)
     python bench.py --tree_shapes 1 2 2,2 4,2 --k 2,3,4 --settings t1.0   # draft trees (see tree_report)
 
 For each setting and K it reports tokens/s of both samplers (median over --repeats), the speedup, alpha (the
@@ -36,16 +36,16 @@ import time
 import torch
 
 import data
-from fast import DECODERS, with_decoder
-from hf import GPT2_NAMES  # pretrained GPT-2 through transformers (optional; imported only when used)
+from drafts.cross_vocab import CrossVocabDraft, shared_mass
+from engine.cpu import add_threads_argument, use_threads
+from engine.fast import DECODERS, with_decoder
+from engine.hf import GPT2_NAMES  # pretrained GPT-2 through transformers (optional; imported only when used)
 from model import SHIPPED
-from cpu import add_threads_argument, use_threads
-from cross_vocab import CrossVocabDraft, shared_mass
 from sample import (HELP, add_plugin_argument, add_registry_arguments, check_draft_arguments, cross_vocabulary,
                     check_verify_arguments, given, import_plugins, int_tuple, load, make_draft, parse_k, shown,
                     verifier_names, verify_params)
-from speculative import autoregressive_generate, round_for, speculative_generate
-from variants import DRAFTS
+from speculative import DRAFTS, autoregressive_generate, round_for, speculative_generate
+from verifiers import tree
 
 SETTINGS = {"t0": dict(temperature=0.0), "t0.8p0.95": dict(temperature=0.8, top_p=0.95), "t1.0": dict(temperature=1.0)}
 
@@ -68,7 +68,7 @@ def get_args(argv=None):
                     help="comma-separated draft lengths; auto chooses K before each round (choose_k.py)")
     ap.add_argument("--settings", default=",".join(SETTINGS), help=f"comma-separated, from {list(SETTINGS)}")
     ap.add_argument("--decoder", default="fast",
-                    help=f"comma-separated, from {list(DECODERS)}: how both samplers run the models (fast.py); "
+                    help=f"comma-separated, from {list(DECODERS)}: how both samplers run the models (engine/fast.py); "
                          "fast-bf16 runs the target in bfloat16, plain sampling included")
     ap.add_argument("--prompts", type=int, default=4, help="prompts, cut from the held-out text")
     ap.add_argument("--corpus", default="shakespeare", help="the prompts' text: the pair's corpus (data.py) or a file")
@@ -82,7 +82,7 @@ def get_args(argv=None):
     ap.add_argument("--profile", action="store_true",
                     help="also show where the time goes: forward costs back to back, and cProfile at the first K")
     ap.add_argument("--batch", default=None,
-                    help="comma-separated batch sizes, e.g. 1,2,4,8,16: time batched.py's samplers instead (B prompts "
+                    help="comma-separated batch sizes, e.g. 1,2,4,8,16: time engine/batched.py's samplers instead (B prompts "
                          "of different lengths at once; model.py's per-row cache, so --decoder is not used)")
     ap.add_argument("--tree_shapes", nargs="+", type=int_tuple, default=None,
                     help="draft trees instead, e.g. 1 2 2,2 4,2: each a --branches shape, at each --k, both --children "
@@ -120,7 +120,7 @@ def get_args(argv=None):
             ap.error(f"--batch takes comma-separated ints >= 1, e.g. 1,2,4,8, got {args.batch!r}")
         args.batch = [int(b) for b in args.batch.split(",")]
         if args.verify != ["tokenwise"] or args.draft in DRAFTS or "," in args.draft:
-            ap.error("--batch times batched.py, which runs token-wise verification with one model draft")
+            ap.error("--batch times engine/batched.py, which runs token-wise verification with one model draft")
     return args
 
 
@@ -151,7 +151,7 @@ def machine():
             f"torch {torch.__version__}, {torch.get_num_threads()} threads")
 
 
-def beyond_max_k(draft, K):  # -> is K more than the draft can propose (heads.MedusaDraft: one token per head)?
+def beyond_max_k(draft, K):  # -> is K more than the draft can propose (drafts/medusa.py: one token per head)?
     return isinstance(K, int) and bool(getattr(draft, "max_k", None)) and K > draft.max_k
 
 
@@ -245,7 +245,7 @@ def main(argv=None):
     variants = []  # (label, draft, verify keyword arguments): every --draft with every --verify
     for path in args.draft.split(","):
         draft = make_draft(args, path, target) if path in DRAFTS else cross_vocabulary(
-            load(path, args.device, "draft"), tmeta, args.decoder[0])  # another tokenizer: cross_vocab.py
+            load(path, args.device, "draft"), tmeta, args.decoder[0])  # another tokenizer: drafts/cross_vocab.py
         too_long = [K for K in args.k if beyond_max_k(draft, K)]
         if too_long:
             print(f"--draft {path} proposes at most {draft.max_k} tokens per round: its rows for K = "
@@ -365,14 +365,14 @@ def main(argv=None):
 
 
 def batch_bench(args, target, draft, tmeta):
-    """batched.py at each batch size B: B held-out prompts of different lengths, plain and speculative, interleaved.
+    """engine/batched.py at each batch size B: B held-out prompts of different lengths, plain and speculative, interleaved.
     Per B: tokens/s of all rows together; the plain ceiling B / (one B-row one-token target forward); c and v as
     measured at that B (a B-row draft step and a B-row (K+1)-token forward, over the B-row one-token step; means);
     the two targets' ratios on decoding alone (tokens/s with the prompt reads left out, which the step costs leave
     out too);
     Theorem 3.8 with them. At B = 1 also speculative_generate and autoregressive_generate on the same prompt,
     so that the cost of the batching machinery itself shows."""
-    from batched import autoregressive_generate_batch, speculative_generate_batch
+    from engine.batched import autoregressive_generate_batch, speculative_generate_batch
     tok = data.Tokenizer(tmeta["tokenizer"])
     cut = lambda i: args.prompt_len - (i * 13) % max(1, args.prompt_len // 2)  # lengths differ between rows
     prompts = [p[0, :cut(i)].to(args.device) for i, p in
@@ -424,7 +424,7 @@ def batch_bench(args, target, draft, tmeta):
                     row.update(single_plain_tps=statistics.median(tps["single plain"]),
                                single_spec_tps=statistics.median(tps[f"single {K}"]))
                 rows.append(row)
-    print(f"batched.py: target {shown(args.target)} ({target.num_params() / 1e6:.2f}M), draft {shown(args.draft)} "
+    print(f"engine/batched.py: target {shown(args.target)} ({target.num_params() / 1e6:.2f}M), draft {shown(args.draft)} "
           f"({draft.num_params() / 1e6:.2f}M); B held-out prompts of {min(map(len, prompts))}..{args.prompt_len} "
           f"tokens x {n} new tokens, median of {args.repeats}; eager (model.py); device {args.device}; {machine()}")
     print("decoding alone (prompt reads left out): plain / ceiling = plain decoding tok/s / (B / B-row one-token forward); "
@@ -449,14 +449,13 @@ def batch_bench(args, target, draft, tmeta):
 
 
 def tree_report(args, target, draft, tmeta):
-    """Draft trees (variants.tree_round), each --tree_shapes shape at each fixed K, beside plain sampling,
+    """Draft trees (verifiers/tree.py's tree_round), each --tree_shapes shape at each fixed K, beside plain sampling,
     interleaved as in main. The shape 1 is the chain. Per row: tree nodes per round; tokens per target call;
     tokens per round, measured on the rounds of the full depth K and predicted from their acceptance by depth and
-    sibling rank (variants.expected_accepted: Theorem 3.8 has no tree form), its own and the widest tree's (out of
+    sibling rank (tree.expected_accepted: Theorem 3.8 has no tree form), its own and the widest tree's (out of
     sample); v(nodes), the tree forward's cost in target steps; c, one draft forward (a whole level) in target
     steps; tok/s, speedup, and the speedup that the prediction gives with this v and with v = 1 (a GPU, where a
     forward of up to ~64 tokens costs about one step): tokens per round / (K c + v)."""
-    import variants
     prompts = [p.to(args.device) for p in
                held_out_prompts(data.Tokenizer(tmeta["tokenizer"]), args.prompts, args.prompt_len, args.corpus)]
     sizes = f"({target.num_params() / 1e6:.2f}M), draft {shown(args.draft)} ({draft.num_params() / 1e6:.2f}M)"
@@ -480,15 +479,15 @@ def tree_report(args, target, draft, tmeta):
             done = {col: [0, 0.0] for col in cols}  # new tokens, seconds
             for i, prompt in enumerate(prompts):
                 for col in cols:
-                    variants.tree_trace = []
+                    tree.tree_trace = []
                     s = run(col, prompt, 1000 * rep + i, sampling)
                     stats[col].append(s)
-                    traces[col] += variants.tree_trace
+                    traces[col] += tree.tree_trace
                     done[col][0] += s.new_tokens
                     done[col][1] += s.total_time
             for col in cols:
                 tps[col].append(done[col][0] / done[col][1])
-        variants.tree_trace = None
+        tree.tree_trace = None
         step = statistics.median(steady(s.target_times) for s in stats[None])  # one target step, from plain sampling
         plain = statistics.median(tps[None])
         for col in cols[1:]:
@@ -496,9 +495,9 @@ def tree_report(args, target, draft, tmeta):
             full = [entry for entry in traces[col] if entry[0] == K]  # rounds of the full depth K
             mean = lambda values: statistics.mean(values) if full else float("nan")  # none: --max_new_tokens <= K
             measured = mean([1 + sum(kept for _, _, kept in tested) for _, _, tested in full])
-            widths = [variants.width(shape, d) for d in range(K)]
-            acceptance = variants.acceptance_by_depth_and_rank(full)
-            predicted_tokens = 1 + variants.expected_accepted(acceptance, widths)
+            widths = [tree.width(shape, d) for d in range(K)]
+            acceptance = tree.acceptance_by_depth_and_rank(full)
+            predicted_tokens = 1 + tree.expected_accepted(acceptance, widths)
             c = statistics.median(steady(s.draft_times) for s in stats[col]) / step
             v = statistics.median(steady(s.target_times) for s in stats[col]) / step
             spec = statistics.median(tps[col])
@@ -513,7 +512,7 @@ def tree_report(args, target, draft, tmeta):
         widest = max((w for w in rows if (w["setting"], w["K"], w["children"]) == (r["setting"], r["K"], r["children"])),
                      key=lambda w: w["nodes"])
         acceptance = {tuple(map(int, key.split(","))): a for key, a in widest["acceptance"].items()}
-        r["from_widest"] = 1 + variants.expected_accepted(acceptance, [variants.width(r["branches"], d) for d in range(r["K"])])
+        r["from_widest"] = 1 + tree.expected_accepted(acceptance, [tree.width(r["branches"], d) for d in range(r["K"])])
     print(f"draft trees: target {shown(args.target)} {sizes}; {args.prompts} held-out prompts x {n} new tokens, median of "
           f"{args.repeats}; decoder {args.decoder[0]}; children without replacement unless replacement=True "
           f"({replacement}); device {args.device}; {machine()}")
@@ -588,9 +587,9 @@ def profile(args, target, draft, prompts):
 
 
 def compare_with_hf(args, target, draft, prompts):
-    """transformers' assisted generation on the same pair (exported by hf.py), same K (constant schedule),
+    """transformers' assisted generation on the same pair (exported by engine/hf.py), same K (constant schedule),
     same sampling, interleaved with ours on the same prompts. Greedy runs check that both give the same text."""
-    from hf import to_hf
+    from engine.hf import to_hf
     hf_target, hf_draft = to_hf(target).to(args.device), to_hf(draft).to(args.device)
     gc = hf_draft.generation_config
     gc.num_assistant_tokens_schedule, gc.assistant_confidence_threshold = "constant", 0.0  # exactly K drafts

@@ -155,7 +155,7 @@ class AutoK:
         self.observe_forwards(K, draft_forwards, target_forwards)
 
     def observe(self, Ks, kept):
-        """Acceptance: rounds (one per row of a batch, batched.py) that drafted Ks[b] and kept kept[b]."""
+        """Acceptance: rounds (one per row of a batch, engine/batched.py) that drafted Ks[b] and kept kept[b]."""
         for K, n in zip(Ks, kept):
             self.kept += n
             self.rejections += n < K

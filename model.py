@@ -10,18 +10,18 @@ What it is:
 - A KV cache for decoding, preallocated once: model(idx, use_cache=True) appends idx's T tokens to the cache
   and returns their logits; model.crop(n) forgets everything after the first n tokens in O(1) (it only moves
   a counter), which is how rejected draft tokens are rolled back.
-- Tree attention for draft trees (variants.py): model(idx, use_cache=True, pos=..., mask=...) feeds tokens at
+- Tree attention for draft trees (verifiers/tree.py): model(idx, use_cache=True, pos=..., mask=...) feeds tokens at
   given positions, each seeing the cached and new tokens its mask allows; model.compact(n, slots) then keeps the
   accepted path. The target scores a whole tree this way, and the draft grows one a level at a time. This
   one-row cache is the only one that takes trees: the per-row cache below stays a chain per row.
-- A cache with a length per row, for several sequences at once (batched.py): reset_row_cache(B) allocates it;
+- A cache with a length per row, for several sequences at once (engine/batched.py): reset_row_cache(B) allocates it;
   then model(idx, use_cache=True) writes row b's T new tokens at that row's own offset row_lengths[b] (which is
   also their position), each behind its own causal mask, and model.crop_rows(lengths) rolls rows back in O(1).
   Its shapes never depend on how many tokens a row holds (attention runs over the whole preallocated cache
   behind a mask, positions are tensors), so one width always runs the same kernels.
 - The features: every forward leaves the final block's output of the positions it scored (what ln_f and the LM
   head read) in model.features, a Features(at, ids, x) record, at no extra cost. A draft that reads the target
-  (heads.py: EAGLE, Medusa) takes the features of the accepted prefix from there.
+  (drafts/eagle.py, drafts/medusa.py) takes the features of the accepted prefix from there.
 - save_checkpoint / load_checkpoint: a plain-data dict (state_dict + model args + free-form meta such as the
   tokenizer), so torch.load(..., weights_only=True) works and nothing is guessed at load time.
 
@@ -83,7 +83,7 @@ class KVCache:
 
     def compact(self, n, slots, move=True):
         """Keep the first n cached tokens, then the tokens at `slots` (increasing, each >= n); forget the rest.
-        After a tree of drafts (variants.py) this moves the accepted branch next to the prefix."""
+        After a tree of drafts (verifiers/tree.py) this moves the accepted branch next to the prefix."""
         if move:  # (see compact_moves)
             self.k[:, :, n:n + len(slots)] = self.k[:, :, slots]  # advanced indexing copies first: overlap is safe
             self.v[:, :, n:n + len(slots)] = self.v[:, :, slots]
@@ -98,7 +98,7 @@ def compact_moves(n, slots, length):  # -> False if `slots` already follow the f
 
 
 class RowKVCache:
-    """Keys and values of one attention layer for B rows that hold different numbers of tokens (batched.py).
+    """Keys and values of one attention layer for B rows that hold different numbers of tokens (engine/batched.py).
 
     Preallocated for `size` slots per row; the model keeps each row's length (GPT.row_lengths). A token's slot is
     its position, so row b's new tokens go to slots row_lengths[b].. and rolling a row back moves its length only.
@@ -117,7 +117,7 @@ class RowKVCache:
         k, v = (self.k, self.v) if every else (self.k[rows[:, 0]], self.v[rows[:, 0]])  # (B', nh, S, hs)
         return k[:, :, :span], v[:, :, :span]
 
-    def keep(self, index):  # (B',) rows to keep, in this order (batched.py drops finished rows)
+    def keep(self, index):  # (B',) rows to keep, in this order (engine/batched.py drops finished rows)
         self.k, self.v = self.k[index], self.v[index]
 
 
@@ -231,7 +231,7 @@ class GPT(nn.Module):
                          for _ in self.transformer.h])
 
     def reset_row_cache(self, batch_size, room=0):
-        """Allocate an empty per-row cache for batch_size rows (batched.py): block_size + room slots per row. The
+        """Allocate an empty per-row cache for batch_size rows (engine/batched.py): block_size + room slots per row. The
         room holds tokens fed past a row's window that the caller discards (a round's unused drafts)."""
         w = self.lm_head.weight
         hs = self.config.n_embd // self.config.n_head
@@ -281,7 +281,7 @@ class GPT(nn.Module):
         use_cache=True: idx continues what the cache holds; its tokens sit at positions cache_len.. and are
         appended to the cache. Call reset_cache() first.
         pos (T,) and mask (T, cache_len + T), with use_cache: a tree of tokens instead of a chain (tree attention,
-        variants.py): token i sits at position pos[i] and attends to the cached and new tokens where mask[i] is
+        verifiers/tree.py): token i sits at position pos[i] and attends to the cached and new tokens where mask[i] is
         True. Defaults: positions cache_len.., causal.
         With a per-row cache (reset_row_cache), row b of idx continues row b of the cache (or row rows[b]: a subset
         of the rows, (B,) ints), span: see row_forward.
@@ -306,7 +306,7 @@ class GPT(nn.Module):
         x = self.transformer.drop(self.transformer.wte(idx) + pos_emb)  # (B, T, C)
         for block in self.transformer.h:
             x = block(x, use_cache, mask)
-        self.features = Features(start, idx, x)  # what a draft that reads the target takes (heads.py)
+        self.features = Features(start, idx, x)  # what a draft that reads the target takes (drafts/heads.py)
         logits = self.lm_head(self.transformer.ln_f(x))  # (B, T, V)
         loss = None
         if targets is not None:

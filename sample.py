@@ -4,16 +4,16 @@ Sample text with speculative sampling from a target/draft pair (default: the shi
     python sample.py                                   # a few samples, streamed, then the statistics
     python sample.py --start "ROMEO:" --k 6 --temperature 1.0
     python sample.py --draft none                      # plain sampling from the target, for comparison
-    python sample.py --draft ngram --ngram_n 3         # prompt-lookup draft: no draft model (variants.py)
-    python sample.py --draft eagle                     # a draft that reads the target's features (heads.py)
-    python sample.py --verify block                    # another verifier (variants.py; lenient, typical: LOSSY)
+    python sample.py --draft ngram --ngram_n 3         # prompt-lookup draft: no draft model (drafts/ngram.py)
+    python sample.py --draft eagle                     # a draft that reads the target's features (drafts/eagle.py)
+    python sample.py --verify block                    # another verifier (verifiers/; lenient, typical: LOSSY)
     python sample.py --start FILE:prompt.txt --top_p 0.95
-    python sample.py --batch 8                         # 8 samples generated together (batched.py)
+    python sample.py --batch 8                         # 8 samples generated together (engine/batched.py)
     python sample.py --plugin my_verifier.py --verify mine   # a verifier or draft of your own (README: fork)
     python sample.py --init_from gpt2-xl --draft gpt2 --device cuda --start "Hello"   # pretrained GPT-2 pair
 
 The tokenizer comes from the checkpoint (never guessed). A draft with another tokenizer than the target's works
-through the tokens both vocabularies share (cross_vocab.py), still exactly.
+through the tokens both vocabularies share (drafts/cross_vocab.py), still exactly.
 """
 
 import argparse
@@ -24,16 +24,18 @@ import time
 
 import torch
 
-from data import Tokenizer
-from model import SHIPPED, load_checkpoint
-from hf import GPT2_NAMES  # pretrained GPT-2 through transformers (optional; imported only when used)
+import drafts  # noqa: F401  (registers --draft ngram, eagle and medusa in speculative.DRAFTS)
+import verifiers  # noqa: F401  (registers --verify block, tree, ... in speculative.ROUNDS)
 from choose_k import AutoK
-from cpu import add_threads_argument, use_threads
-from cross_vocab import CrossVocabDraft, shared_mass
-from fast import DECODERS, with_decoder
-from speculative import ROUNDS, SamplingError, Stats, autoregressive_generate, round_for, speculative_generate
-from variants import DRAFTS
-import heads  # noqa: F401  (registers --draft eagle and medusa in variants.DRAFTS)
+from data import Tokenizer
+from drafts.cross_vocab import CrossVocabDraft, shared_mass
+from drafts.heads import ReadsTarget
+from engine.cpu import add_threads_argument, use_threads
+from engine.fast import DECODERS, with_decoder
+from engine.hf import GPT2_NAMES  # pretrained GPT-2 through transformers (optional; imported only when used)
+from model import SHIPPED, load_checkpoint
+from speculative import (DRAFTS, ROUNDS, SamplingError, Stats, autoregressive_generate, round_for,
+                         speculative_generate)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 HELP = argparse.ArgumentDefaultsHelpFormatter  # --help shows every default
@@ -71,13 +73,13 @@ def get_args(argv=None):
                          "and costs, choose_k.py; the tokens then depend on timings, so --seed reproduces a run only "
                          "with an int --k)")
     ap.add_argument("--decoder", choices=DECODERS, default="fast",
-                    help="how both samplers run the models: fast (fast.py, same logits, less Python per step), eager "
+                    help="how both samplers run the models: fast (engine/fast.py, same logits, less Python per step), eager "
                          "(model.py), or fast-bf16 (a bfloat16 target: cheaper wide forwards on CPUs with bf16 units)")
     ap.add_argument("--verify", default="tokenwise",
                     help=f"how the drafts are verified, a name in speculative.ROUNDS: {verifier_names()}")
     add_registry_arguments(ap)
     ap.add_argument("--batch", type=int, default=None,
-                    help="generate --batch samples together, as one batch (batched.py; model.py's per-row cache, so "
+                    help="generate --batch samples together, as one batch (engine/batched.py; model.py's per-row cache, so "
                          "--decoder is not used; token-wise verification only)")
     ap.add_argument("--seed", type=int, default=1337, help="seeds the sampling (reproducible with an int --k)")
     ap.add_argument("--device", default="cpu", help="cpu, cuda, cuda:1, mps")
@@ -87,7 +89,7 @@ def get_args(argv=None):
     if args.batch is not None and args.batch < 1:
         ap.error(f"--batch takes an int >= 1 (samples generated together), got {args.batch}")
     if args.batch is not None and args.verify != "tokenwise":
-        ap.error(f"--batch runs token-wise verification only (batched.py has no other verifier): drop --verify "
+        ap.error(f"--batch runs token-wise verification only (engine/batched.py has no other verifier): drop --verify "
                  f"{args.verify}, or drop --batch")
     if args.num_samples < 1 or args.max_new_tokens < 0:
         ap.error("--num_samples must be >= 1 and --max_new_tokens >= 0")
@@ -105,11 +107,11 @@ def get_args(argv=None):
     return args
 
 
-# ---- the registries as flags: every verifier in speculative.ROUNDS, every named draft in variants.DRAFTS ----------
+# ---- the registries as flags: every verifier in speculative.ROUNDS, every named draft in speculative.DRAFTS ---------
 
 def import_plugins(argv):
     """--plugin FILE.py (or a module name), read before the other flags: a fork's own file, which registers its
-    verifiers in speculative.ROUNDS and its drafts in variants.DRAFTS when imported, so that --verify and --draft
+    verifiers in speculative.ROUNDS and its drafts in speculative.DRAFTS when imported, so that --verify and --draft
     offer them (README: Fork and modify). Used by sample.py and bench.py."""
     pre = argparse.ArgumentParser(add_help=False)
     add_plugin_argument(pre)
@@ -131,7 +133,7 @@ def import_plugins(argv):
 def add_plugin_argument(ap):
     ap.add_argument("--plugin", action="append", default=[], metavar="FILE.py",
                     help="import this file (or module) first; it may register verifiers (speculative.ROUNDS) and "
-                         "drafts (variants.DRAFTS). Repeatable")
+                         "drafts (speculative.DRAFTS). Repeatable")
 
 
 def verifier_names():  # -> "block, lenient (LOSSY), ..." for --help
@@ -200,15 +202,15 @@ def check_draft_arguments(ap, args, names):
                 ap.error(f"--draft {name}: {e}")
 
 
-def make_draft(args, name, target):  # -> variants.DRAFTS[name] built for this target, with the flags' parameters
+def make_draft(args, name, target):  # -> speculative.DRAFTS[name] built for this target, with the flags' parameters
     try:
         draft = DRAFTS[name].make(target, **given(args, DRAFTS[name]))
     except (ValueError, FileNotFoundError) as e:  # e.g. a head trained for another target
         raise SystemExit(f"--draft {name}: {e}") from e
-    max_k = getattr(draft, "max_k", None)  # a draft that caps K (heads.MedusaDraft: one token per head)
+    max_k = getattr(draft, "max_k", None)  # a draft that caps K (drafts/medusa.py: one token per head)
     if max_k and isinstance(args.k, int) and args.k > max_k:  # (bench.py's list of K leaves those rows out)
         raise SystemExit(f"--draft {name} proposes at most {max_k} tokens per round: pass --k {max_k} or less, or --k auto")
-    if getattr(args, "batch", 0) and isinstance(draft, heads.ReadsTarget):
+    if getattr(args, "batch", 0) and isinstance(draft, ReadsTarget):
         raise SystemExit(f"--draft {name} reads the target's features one sequence at a time: drop --batch")
     return draft
 
@@ -234,7 +236,7 @@ def read_prompt(start):
 
 def load(path, device, role):
     if path in GPT2_NAMES:
-        from hf import load_gpt2
+        from engine.hf import load_gpt2
         return load_gpt2(path, device)  # our GPT with GPT-2's weights, tokenizer = tiktoken gpt2
     try:
         model, meta = load_checkpoint(path, device)
@@ -326,7 +328,7 @@ def report_shared_mass(args, target, draft, prompt, outputs):  # for a draft wit
 
 def cross_vocabulary(draft_and_meta, tmeta, decoder):
     """A draft with the target's tokenizer as it is; one with another tokenizer through the token-level
-    intersection (cross_vocab.py), which says how many tokens the two vocabularies share."""
+    intersection (drafts/cross_vocab.py), which says how many tokens the two vocabularies share."""
     draft, dmeta = draft_and_meta
     if dmeta["tokenizer"] == tmeta["tokenizer"]:
         return draft
@@ -337,7 +339,7 @@ def cross_vocabulary(draft_and_meta, tmeta, decoder):
         raise SystemExit(f"the draft's tokenizer differs from the target's: {e}") from e
     print(f"the draft's tokenizer ({dmeta['tokenizer']['kind']}) differs from the target's "
           f"({tmeta['tokenizer']['kind']}): the draft proposes only the {draft.shared} of the target's "
-          f"{target_tok.vocab_size} tokens that both vocabularies have (cross_vocab.py)")
+          f"{target_tok.vocab_size} tokens that both vocabularies have (drafts/cross_vocab.py)")
     return draft
 
 
@@ -368,7 +370,7 @@ def add_up(totals, ks, stats, calls):
 def summary(args, draft, totals, ks, decoder=None):  # the statistics line; its terms are the README's glossary
     print("----------")
     mode = "plain sampling" if draft is None else f"speculative sampling, K={args.k}"
-    if args.batch:  # batched.py: tokens of all rows, forwards of all rows at once
+    if args.batch:  # engine/batched.py: tokens of all rows, forwards of all rows at once
         mode += f", batch of {args.batch}"
     if draft is not None and args.k == "auto" and ks:
         mode += f" (K per round: median {sorted(ks)[len(ks) // 2]}, {min(ks)}..{max(ks)})"
@@ -384,9 +386,9 @@ def summary(args, draft, totals, ks, decoder=None):  # the statistics line; its 
 
 
 def sample_batch(args, target, draft, tok, prompt, stop=None):
-    """--batch N: N samples of the same prompt generated together (batched.py), printed when all are done (or at
+    """--batch N: N samples of the same prompt generated together (engine/batched.py), printed when all are done (or at
     Ctrl-C, each row's text so far, then the statistics so far)."""
-    from batched import BatchStats, autoregressive_generate_batch, speculative_generate_batch
+    from engine.batched import BatchStats, autoregressive_generate_batch, speculative_generate_batch
     gen = torch.Generator(device=args.device).manual_seed(args.seed)
     sampling = dict(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, generator=gen, stop=stop)
     prompts, stats, tic = [prompt] * args.batch, BatchStats(), time.perf_counter()

@@ -11,9 +11,9 @@ forward, and a modified rejection step keeps or replaces them. A round emits 1..
 exactly as sampling from the target alone (Leviathan et al., Appendix A.1; the tests enumerate every branch).
 
 Both samplers condition position t on the window x[s(t):t] (see context_start) and use KV caches (model.py).
-What it leaves out: batches (B > 1: batched.py, the same round for B rows at once), other verifiers and
-tree-shaped drafts (variants.py, which registers them in ROUNDS). k="auto" (choosing K per round) lives in
-choose_k.py.
+What it leaves out: batches (B > 1: engine/batched.py, the same round for B rows at once), other verifiers
+and tree-shaped drafts (the verifiers/ package, which registers them in ROUNDS), drafts other than a model (the
+drafts/ package, which registers them in DRAFTS). k="auto" (choosing K per round) lives in choose_k.py.
 """
 
 import time
@@ -193,7 +193,7 @@ class CachedModel:
     def forward(self, ids, **tree):  # list of T ids -> logits (1, T, V), appended to the cache and timed
         new = torch.tensor([ids], device=self.device)  # (1, T)
         tic = time.perf_counter()
-        logits, _ = self.model(new, use_cache=True, **tree)  # (1, T, V); tree: pos, mask (variants.py)
+        logits, _ = self.model(new, use_cache=True, **tree)  # (1, T, V); tree: pos, mask (verifiers/tree.py)
         if self.device.type == "cuda":
             torch.cuda.synchronize()  # honest timings: wait for the GPU
         self.forwards.append((len(ids), time.perf_counter() - tic))
@@ -234,13 +234,13 @@ def autoregressive_generate(model, idx, max_new_tokens, temperature=1.0, top_k=N
 
 def draft_probs(logits, probs, position, tokens, final):  # the draft's logits (V,) at position -> q (V,)
     """q, the distribution the draft samples its token at `position` from, checked. Every verifier (here and in
-    variants.py, trees included) makes its q here; tokens[:final] are final (drafts are not, until kept)."""
+    verifiers/, trees included) makes its q here; tokens[:final] are final (drafts are not, until kept)."""
     return checked(probs(logits), logits, "draft", position, tokens, final)
 
 
 def draft_tokens(draft, tokens, k, probs, generator):
     """Step 1 of a round: the draft proposes k tokens one at a time, x_i ~ q_i = q(. | x_<t+i), appended to tokens.
-    -> [q_1 .. q_k], each (V,). Every verifier of a chain (here and variants.py) drafts through this function."""
+    -> [q_1 .. q_k], each (V,). Every verifier of a chain (here and verifiers/) drafts through this function."""
     t, qs = len(tokens), []
     for i in range(k):
         qs.append(draft_probs(draft.logits(tokens, t + i, 1)[0], probs, t + i, tokens, t))  # (V,)
@@ -309,7 +309,7 @@ class Verifier:
             target, draft, tokens, k, probs, generator, **bound)
 
 
-# name -> Verifier. variants.py adds its verifiers here when imported; this file imports nothing from it.
+# name -> Verifier. `import verifiers` adds the others here (one file each); this file imports nothing from them.
 # subtle: the lambda looks speculative_round up at each call, so a test's or notebook's patched round is run
 ROUNDS = {"tokenwise": Verifier(lambda *args: speculative_round(*args),
                                 doc="Chen et al.'s Algorithm 2, token by token (speculative_round)")}
@@ -318,12 +318,41 @@ ROUNDS = {"tokenwise": Verifier(lambda *args: speculative_round(*args),
 def round_for(verify, k, **params):
     """-> the round function that speculative_generate runs for verify=name, its parameters bound."""
     if verify not in ROUNDS:
-        raise ValueError(f"unknown verify={verify!r}: choose from {sorted(ROUNDS)} (variants.py adds its "
-                         "verifiers when imported: `import variants` first)")
+        raise ValueError(f"unknown verify={verify!r}: choose from {sorted(ROUNDS)} (the verifiers/ package adds "
+                         "its verifiers when imported: `import verifiers` first)")
     try:
         return ROUNDS[verify].bind(k, **params)
     except ValueError as e:
         raise ValueError(f"verify={verify!r}: {e}") from e
+
+
+# ---- drafts by name: sample.py --draft ngram ------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Drafter:
+    """One entry of DRAFTS: a draft that sample.py and bench.py make by name (--draft ngram). Any object with
+    model.GPT's cache interface is a draft (drafts/ngram.py's NGramDraft speaks it: reset_cache, crop, cache_len,
+    forward(idx, use_cache), config.vocab_size and config.block_size); an entry says how to build one for a target.
+    A fork's draft: speculative.DRAFTS["mine"] = Drafter(lambda target: MyDraft(...))."""
+    make: callable  # make(target, **params) -> the draft, trained where it has weights (the shipped heads)
+    params: dict = field(default_factory=dict)  # parameter name -> default (each becomes a flag: --ngram_n)
+    check: callable = None  # check(**params) raises ValueError with a message for bad values
+    doc: str = ""
+    help: dict = field(default_factory=dict)  # parameter name -> one line for its flag's --help
+    untrained: callable = None  # untrained(target) -> a draft with seeded random weights; None: make, as it has none
+
+    def fresh(self, target):
+        """-> an untrained draft of this kind for any model.GPT target: the door tests and forks use. Weights, where
+        it has them, are random but seeded (the same every call), and torch's global random state is left as it was."""
+        if self.untrained is None:
+            return self.make(target, **self.params)
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(0)
+            return self.untrained(target)
+
+
+# name -> Drafter. `import drafts` adds the drafts/ package's (one file each); a checkpoint needs no entry.
+DRAFTS = {}
 
 
 @torch.no_grad()
@@ -332,7 +361,7 @@ def speculative_generate(target, draft, idx, max_new_tokens, k=4, temperature=1.
     """idx (1, T) -> (idx (1, T + max_new_tokens), Stats), distributed exactly as autoregressive_generate(target).
 
     k: drafts per round, an int, or "auto" (or an AutoK object) to choose it before each round (choose_k.py).
-    verify names the round in ROUNDS: "tokenwise" (speculative_round) or, once variants.py is imported, one of its
+    verify names the round in ROUNDS: "tokenwise" (speculative_round) or, once `import verifiers` ran, one of its
     verifiers ("block", ...; some are lossy), with its parameters as further keyword arguments.
     stats: a Stats to fill round by round (default: a new one), so a caller interrupted mid-call keeps the rounds so far.
     stop=[[ids], ...]: end right after the first stop sequence among the new tokens, as autoregressive_generate does;
@@ -346,7 +375,7 @@ def speculative_generate(target, draft, idx, max_new_tokens, k=4, temperature=1.
     stats, tic = Stats() if stats is None else stats, time.perf_counter()
     tgt, drf = CachedModel(target, idx.device), CachedModel(draft, idx.device)
     end = len(tokens) + max_new_tokens
-    max_k = getattr(draft, "max_k", None) or max_new_tokens  # a draft may cap K (heads.MedusaDraft: one per head)
+    max_k = getattr(draft, "max_k", None) or max_new_tokens  # a draft may cap K (drafts/medusa.py: one per head)
     probs = lambda logits: sampling_probs(logits, temperature, top_k, top_p)
     while len(tokens) < end:
         t = len(tokens)
@@ -382,7 +411,7 @@ def check_inputs(target, draft, idx, max_new_tokens, k, temperature, top_k, top_
         raise ValueError("idx must be a LongTensor of shape (1, T), e.g. torch.tensor([ids], dtype=torch.long)")
     if idx.size(0) != 1:
         raise ValueError(f"idx holds {idx.size(0)} sequences; these samplers take one (B=1). For several at once "
-                         "use batched.py: speculative_generate_batch(target, draft, list(idx), ...)")
+                         "use engine/batched.py: speculative_generate_batch(target, draft, list(idx), ...)")
     if idx.size(1) == 0:
         raise ValueError("the prompt is empty: give at least one token (e.g. a newline) to condition on")
     if not isinstance(max_new_tokens, int) or max_new_tokens < 0:

@@ -18,7 +18,7 @@ KL(p || q) or (--distill_loss tv) the total variation TV(p, q): speculative samp
 sum_x min(p, q) = 1 - TV(p, q), so TV is exactly the acceptance that is lost. --init starts from a trained
 draft (fine-tuning). The contexts are the corpus' text, not samples from the draft (off-policy).
 
---head eagle|medusa trains a draft that reads the target (heads.py) and leaves the target frozen: the target's
+--head eagle|medusa trains a draft that reads the target (drafts/eagle.py, drafts/medusa.py) and leaves the target frozen: the target's
 features of a pool of corpus windows are computed once (--head_pool windows, the target never changes) and the
 head learns from them: EAGLE the next feature (smooth L1) and the target's next-token distribution (TV, a little
 cross-entropy), over 2 drafting steps; Medusa head i the target's distribution i places later. The validation
@@ -37,8 +37,9 @@ import torch
 from torch.nn import functional as F
 
 import data
-from cpu import add_threads_argument, use_threads
-import heads
+import drafts  # noqa: F401  (registers the heads' kinds in drafts.heads.KINDS)
+from drafts import heads
+from engine.cpu import add_threads_argument, use_threads
 from model import GPT, SHIPPED, GPTConfig, load_checkpoint, save_checkpoint
 
 # ---- presets: the recipes we ran. Any flag given on the command line overrides them. -------------------------
@@ -92,7 +93,7 @@ def get_args(argv=None):
                       ("warmup_iters", int), ("eval_interval", int), ("patience", int)]:
         ap.add_argument(f"--{name}", type=typ, default=None, help=f"override the preset's {name}")
     ap.add_argument("--head", choices=sorted(HEADS), default=None,
-                    help="train a draft that reads the target (heads.py) on --target's features, the target frozen")
+                    help="train a draft that reads the target (drafts/) on --target's features, the target frozen")
     ap.add_argument("--n_heads", type=int, default=None, help="with --head medusa: heads (the longest K)")
     ap.add_argument("--head_pool", type=int, default=None, help="with --head: corpus windows whose features are kept")
     ap.add_argument("--eval_iters", type=int, default=20, help="batches per validation estimate")

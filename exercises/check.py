@@ -5,7 +5,7 @@ Checks a student's file (a filled-in copy of exercises/student.py) step by step,
     python exercises/check.py mine.py --stretch    # then the stretch exercise: block verification
 
 There is no second copy of the answer: every check compares with the project itself, speculative.py (and
-variants.block_round for the stretch), and with the target's exact distribution. The round is checked as
+verifiers/block.py's block_round for the stretch), and with the target's exact distribution. The round is checked as
 tests/test_exact_enumeration.py checks speculative.py: speculative.sample and speculative.coin are replaced by
 a scripted chooser that runs the round down EVERY branch of its randomness, on two tiny table models
 (tests/conftest.py), and the probability of every output sequence must equal the target's within 1e-9. The
@@ -30,7 +30,7 @@ import pytest  # noqa: E402  (MonkeyPatch: every patch is undone when a check en
 import torch  # noqa: E402
 
 import speculative  # noqa: E402
-import variants  # noqa: E402
+from verifiers import block  # noqa: E402
 from tests.conftest import TableModel  # noqa: E402
 from tests.test_exact_enumeration import enumerate_branches, target_joint  # noqa: E402
 
@@ -492,7 +492,7 @@ def check_block(module, path):
                     + diagnose_block(fn, path))
     for k in (2, 3):
         dists = {}
-        for label, round_fn in (("yours", fn), ("block", variants.block_round),
+        for label, round_fn in (("yours", fn), ("block", block.block_round),
                                 ("tokenwise", speculative.speculative_round)):
             with pytest.MonkeyPatch.context() as mp:
                 no_other_randomness(mp)
@@ -511,10 +511,10 @@ def check_block(module, path):
 
 
 def diagnose_block(fn, path):
-    """-> words: does the cut tau come out as in variants.block_round, and the token after it?"""
+    """-> words: does the cut tau come out as in verifiers/block.py's block_round, and the token after it?"""
     for k in (2, 3):
         joint = {}
-        for label, round_fn in (("yours", fn), ("block", variants.block_round)):
+        for label, round_fn in (("yours", fn), ("block", block.block_round)):
             with pytest.MonkeyPatch.context() as mp:
                 no_other_randomness(mp)
                 try:

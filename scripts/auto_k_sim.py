@@ -113,7 +113,7 @@ def measure(k_max=16, repeats=60, new_tokens=128, seeds=3):
     import torch
     import bench
     import data
-    from fast import with_decoder
+    from engine.fast import with_decoder
     from model import load_checkpoint
     from speculative import speculative_generate
     target, meta = load_checkpoint("checkpoints/target.pt")

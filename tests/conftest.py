@@ -7,7 +7,8 @@ import torch
 import torch.nn as nn
 
 from model import GPT, GPTConfig
-from variants import TokenListCache, tree_attention
+from drafts.ngram import TokenListCache
+from verifiers.tree import tree_attention
 
 torch.set_num_threads(1)  # tiny models: threads cost more than they save, and CI has 2 cores
 
@@ -28,7 +29,7 @@ class TableModel(TokenListCache):
 
     It depends on where the window starts (the first visible token) and on how long the context is, so any
     mistake in windowing or caching changes its output. float64 throughout, for checks to 1e-9.
-    The cache is a list of token ids with GPT's interface (variants.TokenListCache): reset_cache(), crop(n), cache_len,
+    The cache is a list of token ids with GPT's interface (drafts/ngram.py's TokenListCache): reset_cache(), crop(n), cache_len,
     trees of tokens (pos, mask).
     """
 
@@ -71,7 +72,7 @@ def check_cache_against_full_forwards(cached_model, reference, seed, vocab_size=
 
 @torch.no_grad()
 def check_row_cache_against_full_forwards(cached_model, reference, seed, B=3, vocab_size=11, block_size=24, steps=30):
-    """check_cache_against_full_forwards for the per-row cache (batched.py): each row is cropped at random on its
+    """check_cache_against_full_forwards for the per-row cache (engine/batched.py): each row is cropped at random on its
     own (rows of different lengths), then every row gets T new tokens in one forward, or a random subset of the
     rows gets them (rows=...). Each row's logits must equal reference's full forward over that row alone."""
     rng = random.Random(seed)

@@ -1,6 +1,6 @@
-"""Batched sampling (batched.py): every row exact, rows independent, the cache per row right, errors clear.
+"""Batched sampling (engine/batched.py): every row exact, rows independent, the cache per row right, errors clear.
 
-The enumeration replaces batched.py's two draws, sample_rows (one token per row) and kept_counts (how many drafts
+The enumeration replaces engine/batched.py's two draws, sample_rows (one token per row) and kept_counts (how many drafts
 each row keeps), by a scripted chooser that follows one branch per run, so the real batched control flow (rows
 of different lengths, per-row caches, windows sliding in one row only, finished rows leaving) runs down every
 branch. The joint of both rows must equal the product of the target's distributions of each prompt alone.
@@ -12,9 +12,9 @@ from collections import Counter
 import pytest
 import torch
 
-import batched
-from batched import autoregressive_generate_batch, kept_counts, sample_rows, speculative_generate_batch
-from fast import FastGPT
+from engine import batched
+from engine.batched import autoregressive_generate_batch, kept_counts, sample_rows, speculative_generate_batch
+from engine.fast import FastGPT
 from model import GPT
 from speculative import SamplingError, autoregressive_generate
 from tests.conftest import TableModel, check_row_cache_against_full_forwards, random_gpt

@@ -1,9 +1,9 @@
-"""cpu.py: one torch thread per idle core, so a core busy with another process cannot stall every step."""
+"""engine/cpu.py: one torch thread per idle core, so a core busy with another process cannot stall every step."""
 
 import pytest
 import torch
 
-import cpu
+from engine import cpu
 
 
 @pytest.mark.parametrize("idle,default,want", [

@@ -1,4 +1,4 @@
-"""cross_vocab.CrossVocabDraft: a draft with another tokenizer is exact through the token-level intersection.
+"""drafts/cross_vocab.py's CrossVocabDraft: a draft with another tokenizer is exact through the token-level intersection.
 
 Two toy tokenizers whose vocabularies overlap partly, with multi-character tokens on both sides:
 the target's ['a', 'b', 'ab', 'ba'] and the draft's ['a', 'b', 'bb', 'ab']; they share 'a', 'b' and 'ab'. The
@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import speculative
-from cross_vocab import CrossVocabDraft, shared_mass, shared_tokens
+from drafts.cross_vocab import CrossVocabDraft, shared_mass, shared_tokens
 from data import Tokenizer
 from speculative import autoregressive_generate, speculative_generate
 from tests.conftest import TableModel, random_gpt

@@ -17,7 +17,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SOLUTION = '''import torch
 
 import speculative
-import variants
+from verifiers import block
 
 
 def accept_probability(p_x, q_x):
@@ -51,7 +51,7 @@ CORRECT = dict(accept="min(1.0, p_x / q_x)",
                round_accept="accept_probability(p[i, x].item(), qs[i][x].item())",
                reject=REJECT.format(replacement="residual(p[i], qs[i])"),
                bonus="tokens.append(speculative.sample(p[k], generator))",
-               block="return variants.block_round(target, draft, tokens, k, probs, generator)")
+               block="return block.block_round(target, draft, tokens, k, probs, generator)")
 
 
 def run_checker(tmp_path, capsys, stretch=False, **bug):
@@ -123,11 +123,11 @@ def test_the_stretch_says_when_block_verification_keeps_only_what_tokenwise_keep
 
 
 def test_the_stretch_catches_an_inexact_block_round(tmp_path, capsys):
-    # variants.block_round with the replacement after a cut drawn from p instead of the block residual
-    saved = "saved = variants.block_residual\n    "
-    patched = "variants.block_residual = lambda a, p, q: p\n    "
-    call = "try:\n        return variants.block_round(target, draft, tokens, k, probs, generator)\n    "
-    restore = "finally:\n        variants.block_residual = saved"
+    # verifiers/block.py's block_round with the replacement after a cut drawn from p instead of the block residual
+    saved = "saved = block.block_residual\n    "
+    patched = "block.block_residual = lambda a, p, q: p\n    "
+    call = "try:\n        return block.block_round(target, draft, tokens, k, probs, generator)\n    "
+    restore = "finally:\n        block.block_residual = saved"
     code, out = run_checker(tmp_path, capsys, stretch=True, block=saved + patched + call + restore)
     assert code == 1
     assert "your block_round is not exact" in out and "the token after it is not" in out, out

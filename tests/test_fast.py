@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from fast import FastGPT
+from engine.fast import FastGPT
 from model import GPT, GPTConfig
 from speculative import autoregressive_generate, speculative_generate
 from tests.conftest import check_cache_against_full_forwards, check_tree_against_full_forwards, random_gpt

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 import speculative
-from fast import FastGPT
+from engine.fast import FastGPT
 from speculative import (SamplingError, accept_probability, autoregressive_generate, checked, context_start,
                          residual, sampling_probs, speculative_generate)
 from tests.conftest import TableModel, random_gpt

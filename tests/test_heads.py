@@ -1,4 +1,4 @@
-"""Drafts that read the target (heads.py): EagleDraft and MedusaDraft keep speculative sampling exact.
+"""Drafts that read the target (drafts/eagle.py, drafts/medusa.py): EagleDraft and MedusaDraft keep speculative sampling exact.
 
 The proofs of the core, applied to them: the enumeration of every branch on a tiny float64 GPT target (K = 1..4,
 temperatures, top-k, top-p, the window sliding, both chain verifiers), a chi-square test per head, greedy equal to
@@ -9,10 +9,13 @@ recomputed from scratch), the checkpoint's refusal of another target, and a trai
 import pytest
 import torch
 
-import heads
+import drafts  # noqa: F401  (registers the heads' kinds)
+from drafts import heads
+from drafts.eagle import EagleDraft
+from drafts.medusa import MedusaDraft
 import speculative
 import train_draft
-import variants  # noqa: F401  (registers verify="block")
+import verifiers  # noqa: F401  (registers verify="block")
 from speculative import autoregressive_generate, speculative_generate
 from tests.conftest import random_gpt
 from tests.test_exact_enumeration import assert_same_distribution, enumerate_branches, target_joint
@@ -28,7 +31,7 @@ def tiny_target(seed=0, block_size=6, vocab_size=3):
 def make_head(kind, target, seed=1, scale=8.0):
     """A fresh head whose q is far from the target's p: its weights scaled up (Medusa's start at zero otherwise)."""
     torch.manual_seed(seed)
-    head = heads.EagleDraft(target) if kind == "eagle" else heads.MedusaDraft(target, n_heads=4)
+    head = EagleDraft(target) if kind == "eagle" else MedusaDraft(target, n_heads=4)
     with torch.no_grad():
         for p in head.parameters():
             p.copy_(torch.randn_like(p) * 0.02 * scale)
@@ -108,7 +111,7 @@ def reference_q(head, tokens, n_true):
     """The naive path: q for the token after `tokens`, recomputed from scratch, when the target's features are known
     for positions < n_true and the rest are the draft's own predictions, one position at a time."""
     f = uncached_features(head.target, tokens)  # (T, C): the target's features, uncached
-    if isinstance(head, heads.MedusaDraft):
+    if isinstance(head, MedusaDraft):
         j, m = n_true - 1, len(tokens) - n_true  # the last known position; head m
         return head.target_head(f[len(tokens) - 1] if m <= 0 else head.heads[m - 1](f[j]))
     inputs = [torch.zeros_like(f[0])] + [f[i] for i in range(min(n_true, len(tokens) - 1))]
@@ -146,7 +149,7 @@ def test_cached_head_equals_its_naive_path(kind, k, temperature, monkeypatch):
 
 def test_medusa_refuses_k_beyond_its_heads_and_auto_stays_within():
     target = random_gpt(0)
-    draft = heads.MedusaDraft(target, n_heads=2)
+    draft = MedusaDraft(target, n_heads=2)
     with pytest.raises(ValueError, match="at most 2 tokens per round"):
         speculative_generate(target, draft, torch.tensor([[1]]), 5, k=3)
     _, stats = speculative_generate(target, draft, torch.tensor([[1]]), 30, k="auto")
@@ -154,9 +157,9 @@ def test_medusa_refuses_k_beyond_its_heads_and_auto_stays_within():
 
 
 def test_heads_refuse_trees_and_batches_clearly():
-    import batched
+    from engine import batched
     target = random_gpt(0)
-    draft = heads.EagleDraft(target)
+    draft = EagleDraft(target)
     with pytest.raises(ValueError, match="chains, not trees"):
         speculative_generate(target, draft, torch.tensor([[1]]), 5, k=2, verify="tree")
     with pytest.raises(ValueError, match="one sequence at a time"):
@@ -165,7 +168,7 @@ def test_heads_refuse_trees_and_batches_clearly():
 
 def test_a_draft_given_another_target_is_refused_clearly():
     target, other = random_gpt(0), random_gpt(1)
-    for draft in (heads.EagleDraft(target), heads.MedusaDraft(target, n_heads=2)):
+    for draft in (EagleDraft(target), MedusaDraft(target, n_heads=2)):
         with pytest.raises(ValueError, match="another target"):
             speculative_generate(other, draft, torch.tensor([[1, 2]]), 20, k=2)
 
@@ -248,7 +251,7 @@ def test_sample_py_refuses_a_shipped_head_for_another_target(tmp_path):
 def test_a_head_reads_the_features_fast_py_leaves(kind):
     """With fast.py's FastGPT as the target, the features land on the GPT the head reads: greedy output equals plain
     greedy, and the head reads the target itself only at the call's start and at the window's slides."""
-    from fast import FastGPT
+    from engine.fast import FastGPT
     target = random_gpt(3, vocab_size=11, block_size=16)
     draft = make_head(kind, target)
     prompt = torch.tensor([[1, 2, 3]])

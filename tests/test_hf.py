@@ -11,7 +11,7 @@ import torch
 
 transformers = pytest.importorskip("transformers", reason="CI installs requirements-hf.txt; users may skip it")
 
-from hf import from_hf, load_gpt2, max_logit_difference, to_hf  # noqa: E402
+from engine.hf import from_hf, load_gpt2, max_logit_difference, to_hf  # noqa: E402
 from tests.conftest import random_gpt  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the scripts run from the repo root

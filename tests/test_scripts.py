@@ -321,12 +321,12 @@ def test_sample_batch_generates_the_samples_together(pair, capsys):
     sample.main(base + ["--draft", "none"])
     assert "plain sampling, batch of 3: 36 tokens in" in capsys.readouterr().out
     with pytest.raises(SystemExit):
-        sample.main(base + ["--verify", "block"])  # batched.py runs token-wise verification only
+        sample.main(base + ["--verify", "block"])  # engine/batched.py runs token-wise verification only
 
 
 @pytest.mark.parametrize("draft", ["draft.pt", "none"])
 def test_ctrl_c_with_batch_keeps_every_rows_text_and_the_statistics_so_far(pair, capsys, monkeypatch, draft):
-    import batched
+    from engine import batched
     tmp, _ = pair
     streamed = {}  # row -> new ids streamed before the interrupt
     name = "speculative_generate_batch" if draft != "none" else "autoregressive_generate_batch"

@@ -11,8 +11,8 @@ from collections import defaultdict
 import pytest
 import torch
 
-import variants  # noqa: F401  (registers verify="block" and the others)
-from batched import autoregressive_generate_batch, speculative_generate_batch
+import verifiers  # noqa: F401  (registers verify="block" and the others)
+from engine.batched import autoregressive_generate_batch, speculative_generate_batch
 from speculative import autoregressive_generate, speculative_generate, stop_end
 from tests.conftest import TableModel
 from tests.test_batched import patch_batched_draws, product

@@ -1,4 +1,4 @@
-"""Draft trees (variants.tree_round): every branch of the real code enumerated, as in tests/test_variants.py, for
+"""Draft trees (verifiers/tree.py's tree_round): every branch of the real code enumerated, as in tests/test_variants.py, for
 both children rules (sampled, i.i.d. or without replacement; the draft's top tokens as point masses), depths 1..3,
 temperatures, top-k, top-p, sliding windows and K larger than the tokens left; then real GPTs (eager and fast,
 the tree in both caches), a chi-square test, greedy trees against plain greedy, and planted bugs the checks catch."""
@@ -9,15 +9,17 @@ import pytest
 import torch
 
 import speculative
-import variants
-from fast import FastGPT
+import verifiers.tree  # registers verify="tree" and the others
+from engine.fast import FastGPT
 from speculative import SamplingError, autoregressive_generate, speculative_generate
 from tests.conftest import TableModel, random_gpt
 from tests.test_exact_enumeration import assert_same_distribution, enumerate_branches, target_joint
 from tests.test_statistics import chi2_critical, chi_square, exact_joint, next_probs, sample_continuations
 from tests.test_stop import cut_at_stop
 from tests.test_variants import first_round_tokens, output_distribution
-from variants import NGramDraft, Tree, expected_accepted, total_variation
+from drafts.ngram import NGramDraft
+from verifiers.lossy import total_variation
+from verifiers.tree import Tree, expected_accepted
 
 T1, K2 = dict(temperature=1.0), dict(temperature=1.0, top_k=2)  # K2: q's support has 2 tokens, fewer branches
 
@@ -62,9 +64,9 @@ def test_tree_with_a_budget_is_exact(k, n, sampling, branches, children, budget,
 def test_enumeration_detects_sampled_children_dropped_by_their_own_probability(monkeypatch):
     """Why a budget decides before the draw: keeping only the sampled children the draft finds likely (a rerank
     after drawing, as EAGLE-2 does with its top tokens) leaves children that no longer follow q. Biased."""
-    real = variants.draw_children
+    real = verifiers.tree.draw_children
     rerank = lambda q, *args: (lambda drawn: [c for c in drawn if q[c[0]] >= 0.3] or drawn[:1])(real(q, *args))
-    monkeypatch.setattr(variants, "draw_children", rerank)
+    monkeypatch.setattr(verifiers.tree, "draw_children", rerank)
     got, want = output_distribution(monkeypatch, 3, 2, T1, verify="tree", branches=(2,))
     assert total_variation(got, want) > 1e-3, total_variation(got, want)
 
@@ -73,8 +75,8 @@ def test_a_budget_caps_the_nodes_and_grows_the_likeliest_paths(monkeypatch):
     target = random_gpt(0, vocab_size=11, block_size=32, sharpness=3.0)
     draft = random_gpt(1, vocab_size=11, block_size=32, n_layer=1, n_head=1, n_embd=8, sharpness=3.0)
     grown = []
-    real = variants.draft_tree
-    monkeypatch.setattr(variants, "draft_tree", lambda *args: (lambda out: grown.append(out[0]) or out)(real(*args)))
+    real = verifiers.tree.draft_tree
+    monkeypatch.setattr(verifiers.tree, "draft_tree", lambda *args: (lambda out: grown.append(out[0]) or out)(real(*args)))
     speculative_generate(target, draft, torch.tensor([[3, 1, 4]]), 20, k=4, verify="tree", branches=(2, 2, 2),
                          children="top", budget=7, generator=torch.Generator().manual_seed(0))
     for tree in grown:
@@ -95,7 +97,7 @@ def test_tree_with_the_ngram_draft_is_exact(children, monkeypatch):
 @pytest.mark.parametrize("children,replacement", [("sample", False), ("sample", True), ("top", False)])
 def test_enumeration_detects_a_residual_not_updated_after_a_rejected_sibling(children, replacement, monkeypatch):
     """The planted bug, once per rule: the next sibling tested against p again instead of norm(max(0, p - q_j))."""
-    monkeypatch.setattr(variants, "residual", lambda p, q: p)
+    monkeypatch.setattr(verifiers.tree, "residual", lambda p, q: p)
     branches = (2, 2) if children == "top" else (1, 2)  # siblings at depth 2 (the root's are multidraft's test)
     got, want = output_distribution(monkeypatch, 3, 2, T1, verify="tree", branches=branches, children=children,
                                     replacement=replacement)
@@ -104,7 +106,7 @@ def test_enumeration_detects_a_residual_not_updated_after_a_rejected_sibling(chi
 
 def test_enumeration_detects_top_children_tested_against_the_drafts_q(monkeypatch):
     """A top child is chosen, not drawn from q: testing it with min(1, p/q) instead of its point mass is biased."""
-    monkeypatch.setattr(variants, "point_mass", lambda q, x: q)
+    monkeypatch.setattr(verifiers.tree, "point_mass", lambda q, x: q)
     got, want = output_distribution(monkeypatch, 3, 2, T1, verify="tree", branches=(2, 2), children="top")
     assert total_variation(got, want) > 1e-3
 
@@ -186,7 +188,7 @@ def test_every_nodes_q_equals_the_drafts_full_forward_over_its_path(decoder, mon
     root q from the cache that compact() left, and the window of 12 slides inside some rounds (node by node)."""
     target = random_gpt(0, vocab_size=11, block_size=16, sharpness=3.0)
     model = random_gpt(1, vocab_size=11, block_size=12, n_layer=1, n_head=1, n_embd=8, sharpness=3.0)
-    draft, real, trees = (FastGPT(model) if decoder == "fast" else model), variants.draft_tree, []
+    draft, real, trees = (FastGPT(model) if decoder == "fast" else model), verifiers.tree.draft_tree, []
 
     def draft_tree_checked(drf, tokens, t, k, *args):
         tree, cached = real(drf, tokens, t, k, *args)
@@ -196,7 +198,7 @@ def test_every_nodes_q_equals_the_drafts_full_forward_over_its_path(decoder, mon
         trees.append(len(tree.tokens))
         return tree, cached
 
-    monkeypatch.setattr(variants, "draft_tree", draft_tree_checked)
+    monkeypatch.setattr(verifiers.tree, "draft_tree", draft_tree_checked)
     speculative_generate(target, draft, torch.tensor([[3, 1, 4]]), 30, k=3, verify="tree", branches=(2, 2),
                          replacement=True, generator=torch.Generator().manual_seed(0))
     assert len(trees) > 5

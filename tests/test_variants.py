@@ -1,4 +1,4 @@
-"""The variants of variants.py, checked by the same enumeration of every branch as tests/test_exact_enumeration.py:
+"""The verifiers of verifiers/ and the n-gram draft, checked by the same enumeration of every branch as tests/test_exact_enumeration.py:
 lossless ones give the target's joint distribution within 1e-9, lossy ones show their exact total-variation
 distance, and the expected tokens per round are computed exactly, branch by branch, not estimated."""
 
@@ -6,10 +6,12 @@ import pytest
 import torch
 
 import speculative
-import variants
+import verifiers  # noqa: F401  (registers verify="block" and the others)
+from drafts.ngram import NGramDraft
+from engine.fast import FastGPT
 from speculative import speculative_generate
-from variants import NGramDraft, total_variation
-from fast import FastGPT
+from verifiers import block, lossy, tree
+from verifiers.lossy import total_variation
 from tests.conftest import TableModel, check_tree_against_full_forwards, random_gpt
 from tests.test_statistics import exact_joint
 from tests.test_exact_enumeration import CASES, assert_same_distribution, enumerate_branches, target_joint
@@ -82,7 +84,7 @@ def test_block_verification_gains_strictly_on_some_pair(monkeypatch):
 def test_enumeration_detects_a_block_residual_without_the_weight(monkeypatch):
     """The check above can fail: dropping a_tau from norm(max(0, a_tau p - q)) changes the distribution. (At K = 2
     on this pair every cut with a_tau < 1 has R = 0, so the bug needs K = 3 to show; 1e-4 is far above 1e-9.)"""
-    monkeypatch.setattr(variants, "block_residual", lambda a, p, q: variants.residual(p, q))
+    monkeypatch.setattr(block, "block_residual", lambda a, p, q: block.residual(p, q))
     got, want = output_distribution(monkeypatch, 4, 3, dict(temperature=1.0), verify="block")
     assert total_variation(got, want) > 1e-4
 
@@ -163,7 +165,7 @@ def test_more_candidates_at_the_root_are_accepted_more_often(replacement, monkey
 
 def test_enumeration_detects_a_root_residual_that_is_not_updated(monkeypatch):
     """Trying the second candidate against p_0 again instead of norm(max(0, p_0 - q)) is biased."""
-    monkeypatch.setattr(variants, "residual", lambda p, q: p)
+    monkeypatch.setattr(tree, "residual", lambda p, q: p)
     got, want = output_distribution(monkeypatch, 3, 1, dict(temperature=1.0), verify="multidraft", n_drafts=2,
                                     replacement=True)
     assert total_variation(got, want) > 1e-3
@@ -221,9 +223,9 @@ def test_typical_acceptance_is_biased_when_sampling_and_exact_when_greedy(monkey
 
 def test_typical_threshold_is_min_of_epsilon_and_delta_times_exp_minus_entropy():
     uniform = torch.full((4,), 0.25, dtype=torch.float64)  # H = log 4: delta exp(-H) = delta / 4
-    assert abs(variants.typical_threshold(uniform, 0.09, 0.3) - 0.075) < 1e-12
-    assert abs(variants.typical_threshold(uniform, 0.05, 0.3) - 0.05) < 1e-12
-    assert variants.typical_threshold(torch.tensor([1.0, 0.0]), 0.09, 0.3) == 0.09  # H = 0, and 0 log 0 = 0
+    assert abs(lossy.typical_threshold(uniform, 0.09, 0.3) - 0.075) < 1e-12
+    assert abs(lossy.typical_threshold(uniform, 0.05, 0.3) - 0.05) < 1e-12
+    assert lossy.typical_threshold(torch.tensor([1.0, 0.0]), 0.09, 0.3) == 0.09  # H = 0, and 0 log 0 = 0
 
 
 # ---- bad arguments ----------------------------------------------------------------------------------------

@@ -31,7 +31,7 @@ import re
 import torch
 
 from speculative import context_start, sampling_probs, window_end
-from variants import TokenListCache
+from drafts.ngram import TokenListCache
 from model import GPTConfig
 
 

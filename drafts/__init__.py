@@ -1,0 +1,20 @@
+"""
+Drafts other than a small model of the target's kind: one file per proposer, each registering itself in
+speculative.DRAFTS, the one registry that sample.py's and bench.py's --draft NAME read.
+
+Every draft answers the question speculative.py's round asks, "K tokens and the q each was drawn from", by
+speaking model.GPT's cache interface (reset_cache, crop, cache_len, forward(idx, use_cache=True)); so the one
+round, its proofs and bench.py cover them all. `import drafts` registers:
+
+    ngram.py        prompt lookup, no model (Saxena 2023); TokenListCache, the interface for weightless models
+    eagle.py        an EAGLE-style head on the target's features (Li et al. 2024)
+    medusa.py       Medusa heads on the target's last feature (Cai et al. 2024)
+    heads.py        what the two heads share: the target's features, their checkpoints
+    cross_vocab.py  a draft with another tokenizer, over the tokens both share (Timor et al. 2025): wraps any
+                    draft checkpoint, so it has no entry of its own
+
+Each entry's fresh(target) gives an untrained draft of its kind for any model.GPT target (seeded weights), the
+door tests and forks use; make(target, **params) gives the one sample.py runs (the shipped heads are trained).
+"""
+
+from drafts import cross_vocab, eagle, heads, medusa, ngram  # noqa: F401  (each registers itself in speculative.DRAFTS)

@@ -1,0 +1,122 @@
+"""
+An EAGLE-style draft: n_layer decoder blocks that predict the target's next feature, read by the target's own LM
+head. Lossless, as every draft of the cache interface.
+
+Source: Li et al. 2024, "EAGLE: Speculative Sampling Requires Rethinking Feature Uncertainty" (arXiv:2401.15077),
+Sections 3-4. At position j the draft reads f_{j-1} (the target's feature) and the embedding of x_j (a linear
+2C -> C joins them) and predicts f_j; the target's frozen ln_f and LM head turn the prediction into q(x_{j+1}).
+Where f_{j-1} is not known (the drafts of the round being drafted) it reads its own prediction instead. Its KV
+cache rolls back like any draft's. In Theorem 3.8's terms: a higher alpha than a small draft model's (it sees
+what the target computed), at a c of one block at the target's width, plus one target read per window slide.
+
+    speculative_generate(target, heads.load("checkpoints/eagle.pt", target), idx, n)   # sample.py --draft eagle
+
+What it leaves out: EAGLE-2's dynamic draft trees and EAGLE-3's features from several layers (the trees need
+model.GPT's tree attention in this draft's cache), and batches. The shared part (features, checkpoints) is
+drafts/heads.py; training is train_draft.py --head eagle.
+"""
+
+from dataclasses import asdict
+
+import torch
+import torch.nn as nn
+from torch.nn import functional as F
+
+import speculative
+from drafts import heads
+from drafts.heads import ReadsTarget
+from model import Block, GPTConfig, KVCache
+from speculative import Drafter
+
+
+class EagleDraft(ReadsTarget):
+    """EAGLE-style draft: n_layer decoder blocks that predict the target's next feature from (f_{j-1}, x_j)."""
+
+    def __init__(self, target, n_layer=1):
+        super().__init__(target)
+        if not isinstance(n_layer, int) or n_layer < 1:
+            raise ValueError(f"n_layer must be an int >= 1, got {n_layer!r}")
+        c = target.config
+        self.n_layer = n_layer
+        self.fuse = nn.Linear(2 * c.n_embd, c.n_embd, bias=c.bias)  # [f_{j-1}, e(x_j)] (2C) -> C, EAGLE's fc
+        self.h = nn.ModuleList(Block(GPTConfig(**{**asdict(c), "n_layer": n_layer, "dropout": 0.0}))
+                               for _ in range(n_layer))
+        for name, p in self.named_parameters():  # GPT-2's initialisation; LayerNorm weights stay 1
+            if name.endswith("bias"):
+                nn.init.zeros_(p)
+            elif p.dim() > 1:
+                nn.init.normal_(p, 0.0, 0.02)
+        self.to(target.lm_head.weight.device, target.lm_head.weight.dtype)
+        self.exact = 0  # the leading positions computed from the target's features only (not from predictions)
+        self.last = None  # (position, predicted feature (C,)) of the last position computed
+
+    def predict(self, f_prev, idx, start=0, use_cache=False):  # (B, T, C), (B, T) -> predicted features (B, T, C)
+        """f_prev[:, i] = f_{start+i-1} (zeros at position 0), idx[:, i] = x_{start+i} -> f_{start+i} predicted."""
+        tr = self.target.transformer
+        T = idx.size(1)
+        x = self.fuse(torch.cat([f_prev, tr.wte(idx)], -1)) + tr.wpe.weight[start:start + T]  # (B, T, C)
+        for block in self.h:
+            x = block(x, use_cache)
+        return x
+
+    def teacher_forced(self, idx, features, steps=1):  # (B, T), (B, T, C) -> [predicted features (B, T, C)] * steps
+        """The naive path (training, tests): step 1 reads the target's features, step s > 1 the predictions of step
+        s - 1 at every position, with plain causal attention. A round's later drafts read predictions too, but attend
+        to cache entries computed from the target's features; masking that view in (EAGLE-3's training-time test,
+        arXiv:2503.01840) was tried over three steps and kept fewer drafts here (BENCHMARKS.md)."""
+        zero = torch.zeros_like(features[:, :1])
+        f_prev, out = torch.cat([zero, features[:, :-1]], 1), []
+        for _ in range(steps):
+            out.append(self.predict(f_prev, idx))
+            f_prev = torch.cat([zero, out[-1][:, :-1].detach()], 1)
+        return out
+
+    def crop(self, n):
+        super().crop(n)
+        self.exact = min(self.exact, n)
+        if self.last is not None and self.last[0] >= n:
+            self.last = None
+
+    def forward(self, idx, targets=None, use_cache=False, pos=None, mask=None):  # (1, T) -> (logits (1, T, V), None)
+        T, end = self.feed(idx, pos, use_cache)
+        n = self.n_known()
+        drafting = n < end - 1 and T == 1 and self.last is not None and self.last[0] == end - 2
+        if n < end - 1 and not drafting:  # (EAGLE needs no feature before position 0)
+            self.read_target(end - 1)  # nothing known of this window yet: call start or a slide
+            n = end - 1
+        if drafting:  # a later draft of this round: it reads the previous draft's predicted feature
+            start, f_prev = end - 1, self.last[1][None, None]  # (1, 1, C)
+        else:  # subtle: positions computed from predictions (the last round's drafts) are recomputed from features
+            start = min(self.exact, end - T)
+            f_prev = self.known[max(start - 1, 0):end - 1][None]  # (1, T', C): f_{start-1} .. f_{end-2}
+            if start == 0:  # position 0 has no earlier feature
+                f_prev = torch.cat([f_prev.new_zeros(1, 1, f_prev.size(-1)), f_prev], 1)
+        for block in self.h:  # the KV cache keeps only positions computed before `start`
+            if block.attn.cache is None:
+                block.attn.cache = KVCache(1, block.attn.n_head, self.config.block_size,
+                                           self.config.n_embd // block.attn.n_head, idx.device, self.dtype)
+            block.attn.cache.length = min(block.attn.cache.length, start)
+        out = self.predict(f_prev, torch.tensor([self.ids[start:end]], device=idx.device), start, use_cache=True)
+        self.exact = min(end, n + 1)
+        self.last = (end - 1, out[0, -1])
+        return self.target_head(out[:, -T:]), None
+
+    def loss(self, idx, features, target_logits, steps=2):
+        """-> (loss, [alpha estimate at T=1 per step]). Per step: smooth L1 on the features, the total variation
+        between p and q (1 - TV is the acceptance at T=1), and a little cross-entropy against p; step s weighs
+        0.5^(s-1)."""
+        p = F.softmax(target_logits.float(), -1)
+        total, alphas = 0.0, []
+        for s, pred in enumerate(self.teacher_forced(idx, features, steps)):
+            logits = self.target_head(pred).float()
+            tv = 0.5 * (F.softmax(logits, -1) - p).abs().sum(-1).mean()
+            ce = -(p * F.log_softmax(logits, -1)).sum(-1).mean()
+            total = total + 0.5 ** s * (F.smooth_l1_loss(pred.float(), features.float()) + tv + 0.1 * ce)
+            alphas.append(1.0 - tv.item())
+        return total, alphas
+
+
+heads.KINDS["eagle"] = (EagleDraft, "n_layer")
+speculative.DRAFTS["eagle"] = Drafter(
+    lambda target: heads.load(heads.SHIPPED_HEADS["eagle"], target), untrained=lambda target: EagleDraft(target),
+    doc="EAGLE-style draft that reads the target's features (checkpoints/eagle.pt): lossless")

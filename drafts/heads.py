@@ -1,0 +1,182 @@
+"""
+What every draft that reads the target shares: the draft cache interface over the window's tokens, the target's
+features known for them, and the head's checkpoint (the head alone, and a fingerprint of the target it reads).
+
+Sources: Li et al. 2024, "EAGLE" (arXiv:2401.15077), Sections 3-4; Cai et al. 2024, "Medusa" (arXiv:2401.10774),
+Section 2.1. The two drafts themselves are drafts/eagle.py and drafts/medusa.py.
+
+A classic draft (checkpoints/draft.pt) is a small language model of its own: it sees token ids only. A head also
+sees the target's features f_j, the final block's output at position j, which the LM head turns into p(x_{j+1})
+(model.GPT leaves them in .features at every forward, at no extra cost). A head speaks the draft cache interface
+that drafts/ngram.py's NGramDraft speaks (reset_cache, crop, cache_len, forward(idx, use_cache=True)), so
+speculative.py's round, its proofs (tests/test_heads.py) and bench.py cover it: a q that depends only on the past
+keeps Algorithm 2 exact, however it was computed.
+
+Where the features come from. Each round's target forward scores the accepted tokens and the drafts; before its
+next forward the draft takes from target.features the positions whose tokens were kept (it compares the ids):
+absorb(). At the start of a call, and after each slide of the window (both caches are refilled), no feature of
+the window is known yet: the draft then runs the target once, without a cache, over the window's tokens
+(read_target). That extra forward is timed as the draft's, so it shows in c. Training: train_draft.py --head.
+
+What it leaves out: batches (engine/batched.py's per-row cache), trees of drafts (verifiers/tree.py needs
+model.GPT's tree attention), and features from several layers (EAGLE-3).
+"""
+
+import hashlib
+import os
+from dataclasses import asdict
+
+import torch
+import torch.nn as nn
+
+from model import GPT, GPTConfig
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the repository: checkpoints/ lies there
+SHIPPED_HEADS = {kind: os.path.join(ROOT, "checkpoints", f"{kind}.pt") for kind in ("eagle", "medusa")}
+
+
+class ReadsTarget(nn.Module):
+    """What both drafts share: the draft cache interface over the window's token ids, and the target's features
+    known for them. The target is held outside the module tree: the head's state_dict holds the head alone."""
+
+    def __init__(self, target):
+        super().__init__()
+        if not isinstance(target, GPT):
+            raise ValueError(f"a draft that reads the target needs a model.GPT target, got {type(target).__name__} "
+                             "(for fast.py's FastGPT pass the GPT it wraps, .model)")
+        object.__setattr__(self, "target", target)  # not a submodule
+        self.config = GPTConfig(**asdict(target.config))  # the target's vocabulary and window: they slide together
+        self.ids = []  # the tokens at the window's positions 0, 1, ... fed so far
+        self.known = self.no_features()  # (n, C): the target's features of positions 0..n-1, for self.ids
+        self.seen = None  # the target's Features record already read
+        self.read_since_target = False  # an extra target forward ran and no target forward came since
+        self.extra_reads = 0  # extra target forwards (call starts and window slides)
+
+    def num_params(self):
+        return sum(p.numel() for p in self.parameters())
+
+    @property
+    def dtype(self):  # the target's: a draft without weights of its own reads it too
+        return self.target.lm_head.weight.dtype
+
+    # ---- the draft cache interface ----------------------------------------------------------------------------
+
+    @property
+    def cache_len(self):
+        return len(self.ids)
+
+    def reset_cache(self, batch_size=1):
+        if batch_size != 1:
+            raise ValueError(f"{type(self).__name__} drafts one sequence at a time (B=1)")
+        self.crop(0)
+
+    def reset_row_cache(self, batch_size, room=0):
+        raise ValueError(f"{type(self).__name__} drafts one sequence at a time: batched.py's per-row cache is not "
+                         "built for drafts that read the target; use speculative_generate for each prompt")
+
+    def crop(self, n):
+        """Forget the tokens from position n on, and their features."""
+        assert 0 <= n <= len(self.ids), f"crop({n}) needs 0 <= n <= cache_len ({len(self.ids)})"
+        del self.ids[n:]
+        self.known = self.known[:n] if n else self.no_features()
+        if n == 0:  # subtle: a new call or a slid window: the target's last features belong to another window
+            self.seen, self.read_since_target = self.target.features, False
+
+    def n_known(self):
+        return len(self.known)
+
+    def no_features(self):  # -> (0, C), on the target's device and in its dtype
+        return self.target.lm_head.weight.new_zeros(0, self.config.n_embd)
+
+    def absorb(self):
+        """Take the features of the target's last forward at the positions whose tokens are still ours."""
+        f = self.target.features
+        if f is None or f is self.seen or f.at is None or f.ids.size(0) != 1:
+            return
+        self.seen, self.read_since_target = f, False
+        n, fed = self.n_known(), f.ids[0].tolist()
+        if f.at > n:  # a gap before them: not features of our window
+            return
+        kept = 0  # the scored tokens that are still ours: the accepted ones (the first rejected draft differs)
+        while kept < len(fed) and f.at + kept < len(self.ids) and fed[kept] == self.ids[f.at + kept]:
+            kept += 1
+        if f.at + kept > n:
+            new = f.x[0, n - f.at:kept].to(self.dtype)  # (m, C)
+            self.known = torch.cat([self.known, new])
+
+    def read_target(self, upto):
+        """The extra forward: the target's features of positions 0..upto-1, computed without its cache."""
+        if self.read_since_target:
+            raise ValueError(f"{type(self).__name__} reads the features of the model.GPT it was built for, but no "
+                             "forward of that model came since it last read them: speculative_generate was given "
+                             "another target. Pass the model the draft was built for (or FastGPT of it)")
+        self.target(torch.tensor([self.ids[:upto]], device=self.target.lm_head.weight.device))
+        self.seen, self.read_since_target = self.target.features, True
+        self.known = self.seen.x[0].to(self.dtype)  # (upto, C)
+        self.extra_reads += 1
+
+    def target_head(self, f):  # features (..., C) -> logits (..., V), the target's own frozen ln_f and LM head
+        return self.target.lm_head(self.target.transformer.ln_f(f))
+
+    def feed(self, idx, pos, use_cache):  # idx (1, T) -> (T, tokens held): the start of every forward
+        """Append idx's tokens to the window, and take the target's newest features."""
+        if pos is not None:
+            raise ValueError(f"{type(self).__name__} drafts chains, not trees: use verify='tokenwise' or 'block'")
+        if not use_cache:
+            raise ValueError(f"{type(self).__name__} decodes with use_cache=True; its uncached path is "
+                             "teacher_forced()")
+        self.ids += idx[0].tolist()
+        self.absorb()
+        return idx.size(1), len(self.ids)
+
+
+# ---- checkpoints: the head alone, and which target it reads --------------------------------------------------
+
+# kind -> (the class, the argument that sizes it); drafts/eagle.py and drafts/medusa.py add themselves. heads.load
+# and train_draft.py --head KIND build a head by its kind, heads.save finds the kind of a head here.
+KINDS = {}
+
+
+def fingerprint(target):
+    """A digest of the target's shape and weights: a head trained on one target's features is refused by another."""
+    h = hashlib.sha256(repr(sorted(asdict(target.config).items())).encode())
+    for name, t in sorted(target.state_dict().items()):
+        h.update(name.encode())
+        h.update(t.detach().to("cpu", torch.float32).numpy().tobytes())
+    return h.hexdigest()[:16]
+
+
+def save(path, head, meta=None):
+    """Write {kind, args, state_dict (float16), target fingerprint, meta} atomically, as model.save_checkpoint."""
+    kinds = [kind for kind, (cls, _) in KINDS.items() if isinstance(head, cls)]
+    if not kinds:
+        raise ValueError(f"heads.save writes the heads of KINDS ({', '.join(KINDS)}), not a {type(head).__name__}")
+    kind, arg = kinds[0], KINDS[kinds[0]][1]
+    ckpt = {"kind": kind, "args": {arg: getattr(head, arg)}, "target": fingerprint(head.target),
+            "state_dict": {k: v.detach().cpu().half() for k, v in head.state_dict().items()}, "meta": dict(meta or {})}
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    tmp = f"{path}.tmp{os.getpid()}"
+    torch.save(ckpt, tmp)
+    os.replace(tmp, path)
+
+
+def load(path, target):
+    """-> a trained head of KINDS (EagleDraft, MedusaDraft) reading `target` (a model.GPT), in eval mode. Refuses a head that was
+    trained on another target's features: its q would be computed from features it never saw."""
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"no head checkpoint at {path!r}: train one with train_draft.py --head eagle "
+                                "(or medusa) --target TARGET.pt")
+    ckpt = torch.load(path, map_location="cpu", weights_only=True)
+    if not isinstance(ckpt, dict) or ckpt.get("kind") not in KINDS:
+        raise ValueError(f"{path!r} is not a head checkpoint written by heads.save (a model checkpoint? pass it "
+                         "as --draft PATH, not as a head)")
+    cls, _ = KINDS[ckpt["kind"]]
+    head = cls(target, **ckpt["args"])  # refuses a target that is not a model.GPT
+    ours = fingerprint(target)
+    if ckpt["target"] != ours:
+        raise ValueError(f"{path!r} was trained for another target (fingerprint {ckpt['target']}; this target's is "
+                         f"{ours}): a head reads its own target's features. Train one for this target "
+                         f"with train_draft.py --head {ckpt['kind']} --target TARGET.pt")
+    head.load_state_dict({k: v.to(head.dtype) for k, v in ckpt["state_dict"].items()})
+    head.meta = ckpt["meta"]
+    return head.eval()

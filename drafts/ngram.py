@@ -1,0 +1,144 @@
+"""
+A draft with no model: prompt lookup / n-gram drafting. Lossless.
+
+Source: Saxena 2023, "Prompt Lookup Decoding"; vLLM's n-gram proposer does the same. Leviathan et al. 2023 note
+that any q keeps speculative sampling exact, and a point mass is a q. In Theorem 3.8's terms: c is nearly 0 (a
+search through the text so far, no forward), and alpha is the target's probability of the token that followed
+the last match: high on text that repeats (code, quotes, a summary of its prompt), low on fresh prose.
+
+    speculative_generate(target, NGramDraft(V, n=3), idx, n)       # sample.py --draft ngram
+
+TokenListCache is the draft cache interface for models without weights: a "KV cache" that is the list of token
+ids seen. NGramDraft, drafts/cross_vocab.py and the tests' table models speak it; a fork's draft subclasses it and
+writes next_logits(history) (docs/fork.md).
+
+What it leaves out: suffix trees over earlier outputs and other requests (several candidates, with their
+counts as q), and any learned model of which match to trust.
+"""
+
+import torch
+import torch.nn as nn
+
+import speculative
+from model import GPTConfig, compact_moves
+from speculative import Drafter
+
+
+class TokenListCache(nn.Module):
+    """A "KV cache" that is just the list of token ids seen, with model.GPT's interface (for models without
+    weights: this draft, and the tests' table models). A subclass gives next_logits(history) -> (V,), where
+    history is every token the new one sees, itself last; trees of tokens (pos, mask) work as in model.GPT."""
+
+    def __init__(self):
+        super().__init__()
+        self.cache = []
+        self.row_lengths = None  # with a per-row cache (reset_row_cache): tokens each row holds
+
+    def reset_cache(self, batch_size=1):
+        self.cache, self.row_lengths = [], None
+
+    @property
+    def cache_len(self):
+        return len(self.cache)
+
+    def crop(self, n):
+        assert 0 <= n <= len(self.cache), f"crop({n}) needs 0 <= n <= cache_len ({len(self.cache)})"
+        del self.cache[n:]
+
+    def compact(self, n, slots):  # keep the first n tokens, then those at `slots`: model.GPT.compact
+        compact_moves(n, slots, len(self.cache))  # the argument check
+        self.cache[n:] = [self.cache[a] for a in slots]
+
+    # ---- model.GPT's per-row cache (batched.py): one list of ids per row ----
+    def reset_row_cache(self, batch_size, room=0):
+        self.rows, self.row_lengths = [[] for _ in range(batch_size)], torch.zeros(batch_size, dtype=torch.long)
+
+    def crop_rows(self, lengths):
+        self.row_lengths = torch.as_tensor(lengths, dtype=torch.long).cpu().clone()
+
+    def keep_rows(self, index):
+        index = torch.as_tensor(index, dtype=torch.long).cpu()
+        self.rows, self.row_lengths = [self.rows[i] for i in index.tolist()], self.row_lengths[index]
+
+    def row_forward(self, idx, rows=None):  # (B', T) -> logits (B', T, V), as model.GPT.row_forward
+        which = range(len(self.rows)) if rows is None else rows.tolist()
+        out = []
+        for r, ids in zip(which, idx.tolist()):
+            seen, W = self.rows[r][:self.row_lengths[r]], self.config.block_size  # stale tokens forgotten
+            logits = []
+            for x in ids:  # subtle: past the window sit only tokens the caller discards: any logits do
+                seen.append(x)
+                logits.append(self.next_logits(seen) if len(seen) <= W else torch.zeros(self.config.vocab_size))
+            self.rows[r] = seen
+            self.row_lengths[r] += len(ids)
+            out.append(torch.stack(logits).to(torch.float64))
+        return torch.stack(out).to(idx.device)
+
+    def forward(self, idx, targets=None, use_cache=False, pos=None, mask=None, rows=None, span=None):  # -> (logits, None)
+        if use_cache and self.row_lengths is not None:
+            return self.row_forward(idx, rows), None
+        seen, out = self.cache if use_cache else [], []  # the cache grows in place, token by token
+        for i, x in enumerate(idx[0].tolist()):  # token i sees everything so far, or where its mask row says (a tree)
+            seen.append(x)
+            assert mask is None or not mask[i, len(seen):].any(), "a token cannot see tokens fed after it"
+            history = seen if mask is None else [y for y, m in zip(seen, mask[i].tolist()) if m]
+            assert pos is None or pos[i] == len(history) - 1, "a tree token's position must be its depth"
+            out.append(self.next_logits(history))
+        return torch.stack(out)[None].to(idx.device), None
+
+
+class NGramDraft(TokenListCache):
+    """A draft without weights: find the last n tokens earlier in the prompt or the text so far, propose what
+    followed them (the most recent match; shorter suffixes down to 1 token when none; else repeat the last token).
+
+    q is a point mass on that token, so the acceptance test min(1, p(x)/q(x)) becomes p(x), and a rejection
+    resamples from norm(max(0, p - q)) = p with x removed: still exactly the target's distribution, because the
+    draft token is drawn from the very q the test uses. smoothing=e mixes in the uniform distribution,
+    q = (1 - e) onehot + e / V (before temperature, top-k and top-p, which apply to q's logits as to any draft's).
+
+    It speaks model.GPT's cache interface (forward(idx, use_cache=True), reset_cache, crop, cache_len), so it is
+    passed as the `draft` of speculative_generate. Its window is unbounded: it looks through everything so far.
+    [5, 1, 2, 5, 1] with n=2 -> proposes 2 (the suffix 5, 1 occurred at 0..1, followed by 2).
+    """
+
+    def __init__(self, vocab_size, n=3, smoothing=0.0):
+        super().__init__()
+        if not isinstance(n, int) or n < 1:
+            raise ValueError(f"the n-gram length n must be an int >= 1 (tokens to match), got {n!r}")
+        if not 0.0 <= smoothing < 1.0:
+            raise ValueError(f"smoothing must be in [0, 1) (0: a point mass), got {smoothing}")
+        self.n, self.smoothing = n, smoothing
+        self.config = GPTConfig(block_size=2 ** 62, vocab_size=vocab_size, n_layer=0)  # no window: never slides
+
+    def num_params(self):
+        return 0
+
+    def propose(self, history):  # list of ids -> the id that followed the longest recent match of its suffix
+        for m in range(min(self.n, len(history) - 1), 0, -1):
+            suffix, last = history[-m:], history[-1]
+            for j in range(len(history) - 2, m - 2, -1):  # j: where an earlier copy of the suffix ends
+                if history[j] == last and history[j - m + 1:j + 1] == suffix:
+                    return history[j + 1]
+        return history[-1]
+
+    def next_logits(self, history):  # -> (V,) float64: log q
+        V, x = self.config.vocab_size, self.propose(history)
+        q = torch.full((V,), self.smoothing / V, dtype=torch.float64)
+        q[x] += 1.0 - self.smoothing
+        # subtle: a point mass as a large finite negative rather than -inf, so checks for finite logits pass;
+        # exp(-1e30 / temperature) is exactly 0 for any temperature above 1e-278
+        return torch.log(q).clamp(min=-1e30)
+
+
+
+def check_ngram(ngram_n):
+    if not isinstance(ngram_n, int) or ngram_n < 1:
+        raise ValueError(f"ngram_n (how many last tokens the n-gram draft matches) must be an int >= 1, got {ngram_n!r}")
+
+
+
+
+speculative.DRAFTS["ngram"] = Drafter(
+    lambda target, ngram_n: NGramDraft(target.config.vocab_size, n=ngram_n), dict(ngram_n=3),
+    check=lambda ngram_n: check_ngram(ngram_n), doc="prompt lookup, no model: lossless",
+    help=dict(ngram_n="with --draft ngram: how many last tokens to match"))

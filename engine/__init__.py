@@ -1,0 +1,11 @@
+"""
+The engine room: the same sampling, run for speed, for many prompts, or on other models. Nothing here changes
+what is sampled; each file is checked against the plain path it speeds up or connects to.
+
+    batched.py  B prompts at once, each row with its own cache length, coins and window (tests/test_batched.py)
+    fast.py     FastGPT: model.GPT's cached decoding with less Python per step, same logits (tests/test_fast.py)
+    cpu.py      how many threads to use when other work shares the cores
+    hf.py       GPT-2 from Hugging Face transformers, and this project's models to transformers (optional)
+
+A reader learning the algorithm can skip this folder: speculative.py and model.py are the whole method.
+"""
