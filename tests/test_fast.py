@@ -1,4 +1,4 @@
-"""fast.py: FastGPT gives the readable model's logits (cached = uncached), and the samplers give the same tokens."""
+"""engine/fast.py: FastGPT gives the readable model's logits (cached = uncached), and the samplers give the same tokens."""
 
 import pytest
 import torch

@@ -1,4 +1,4 @@
-"""hf.py: our GPT and transformers' GPT2LMHeadModel map onto each other with the same logits (no downloads)."""
+"""engine/hf.py: our GPT and transformers' GPT2LMHeadModel map onto each other with the same logits (no downloads)."""
 
 import json
 import os

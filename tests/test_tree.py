@@ -133,7 +133,7 @@ def test_a_tree_keeps_more_tokens_per_round_than_a_chain(monkeypatch):
 @pytest.mark.parametrize("decoder", ["eager", "fast"])
 @pytest.mark.parametrize("children,sampling", [("top", T1), ("sample", dict(temperature=1.0, top_k=2))])
 def test_tree_on_real_gpts_gives_the_target_exactly(decoder, children, sampling, monkeypatch):
-    """Through model.py's (or fast.py's) tree attention in BOTH caches and their compaction: the window of 8
+    """Through model.py's (or engine/fast.py's) tree attention in BOTH caches and their compaction: the window of 8
     slides at position 8, and a tree of 2 x 2 holds more tokens than the window has positions. Within 1e-5:
     float32 logits of a tree forward differ from a full forward's by rounding."""
     target, draft = random_gpt(0), random_gpt(1, n_layer=1, n_embd=8, n_head=1)

@@ -1,0 +1,56 @@
+"""Every draft that speculative.DRAFTS names: its entry's fresh(target) gives an untrained draft of that kind for
+any model.GPT target, with seeded weights, and the core round stays exact with it (every branch enumerated).
+A new draft in drafts/ is covered here by its entry alone; its own test file proves what is particular to it."""
+
+import pytest
+import torch
+
+import drafts  # noqa: F401  (fills speculative.DRAFTS)
+import speculative
+from speculative import DRAFTS, autoregressive_generate, speculative_generate
+from tests.conftest import random_gpt
+from tests.test_exact_enumeration import assert_same_distribution, enumerate_branches, target_joint
+from tests.test_heads import tiny_target
+
+NAMES = sorted(DRAFTS)
+
+
+def test_the_registry_holds_the_drafts_of_the_drafts_package():
+    assert {"ngram", "eagle", "medusa"} <= set(NAMES)
+    for name in NAMES:
+        assert isinstance(DRAFTS[name], speculative.Drafter) and DRAFTS[name].doc, name
+
+
+@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("k,n,sampling", [(2, 3, dict(temperature=1.0)), (3, 3, dict(temperature=0.7, top_k=2))])
+def test_a_fresh_draft_of_every_kind_keeps_the_output_exact(name, k, n, sampling, monkeypatch):
+    target = tiny_target()
+    draft = DRAFTS[name].fresh(target)
+    prompt = [2, 0]
+    run = lambda: speculative_generate(target, draft, torch.tensor([prompt]), n, k=k, **sampling)[0][
+        0, len(prompt):].tolist()
+    assert_same_distribution(enumerate_branches(run, monkeypatch), target_joint(target, prompt, n, **sampling))
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_fresh_is_seeded_and_leaves_torch_random_state_as_it_was(name):
+    target = random_gpt(0, vocab_size=7, block_size=16, n_layer=1, n_head=2, n_embd=16)
+    torch.manual_seed(123)
+    a = DRAFTS[name].fresh(target)
+    after = torch.rand(3)
+    torch.manual_seed(123)
+    assert torch.equal(after, torch.rand(3)), "fresh() changed torch's global random state"
+    b = DRAFTS[name].fresh(target)
+    sa, sb = a.state_dict(), b.state_dict()
+    assert sa.keys() == sb.keys() and all(torch.equal(sa[key], sb[key]) for key in sa)
+
+
+@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("shape", [dict(vocab_size=5, block_size=8, n_embd=16), dict(vocab_size=11, block_size=32, n_embd=24)])
+def test_a_fresh_draft_fits_any_gpt_target_and_greedy_equals_plain_greedy(name, shape):
+    target = random_gpt(1, n_layer=1, n_head=2, **shape)
+    draft = DRAFTS[name].fresh(target)
+    idx = torch.tensor([[1, 2, 3]])
+    plain, _ = autoregressive_generate(target, idx, 12, temperature=0)
+    spec, _ = speculative_generate(target, draft, idx, 12, k=3, temperature=0)
+    assert spec.tolist() == plain.tolist()
