@@ -22,11 +22,9 @@ import torch
 import torch.nn as nn
 from torch.nn import functional as F
 
-import speculative
 from drafts import heads
 from drafts.heads import ReadsTarget
 from model import Block, GPTConfig, KVCache
-from speculative import Drafter
 
 
 class EagleDraft(ReadsTarget):
@@ -108,15 +106,11 @@ class EagleDraft(ReadsTarget):
         p = F.softmax(target_logits.float(), -1)
         total, alphas = 0.0, []
         for s, pred in enumerate(self.teacher_forced(idx, features, steps)):
-            logits = self.target_head(pred).float()
-            tv = 0.5 * (F.softmax(logits, -1) - p).abs().sum(-1).mean()
-            ce = -(p * F.log_softmax(logits, -1)).sum(-1).mean()
+            tv, ce = heads.match_terms(self.target_head(pred), p)
             total = total + 0.5 ** s * (F.smooth_l1_loss(pred.float(), features.float()) + tv + 0.1 * ce)
             alphas.append(1.0 - tv.item())
         return total, alphas
 
 
-heads.KINDS["eagle"] = (EagleDraft, "n_layer")
-speculative.DRAFTS["eagle"] = Drafter(
-    lambda target: heads.load(heads.SHIPPED_HEADS["eagle"], target), untrained=lambda target: EagleDraft(target),
-    doc="EAGLE-style draft that reads the target's features (checkpoints/eagle.pt): lossless")
+heads.register("eagle", EagleDraft, "n_layer",
+               doc="EAGLE-style draft that reads the target's features (checkpoints/eagle.pt): lossless")

@@ -28,8 +28,11 @@ from dataclasses import asdict
 
 import torch
 import torch.nn as nn
+from torch.nn import functional as F
 
+import speculative
 from model import GPT, GPTConfig
+from speculative import Drafter
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the repository: checkpoints/ lies there
 SHIPPED_HEADS = {kind: os.path.join(ROOT, "checkpoints", f"{kind}.pt") for kind in ("eagle", "medusa")}
@@ -132,9 +135,25 @@ class ReadsTarget(nn.Module):
 
 # ---- checkpoints: the head alone, and which target it reads --------------------------------------------------
 
-# kind -> (the class, the argument that sizes it); drafts/eagle.py and drafts/medusa.py add themselves. heads.load
-# and train_draft.py --head KIND build a head by its kind, heads.save finds the kind of a head here.
+# kind -> (the class, the argument that sizes it), filled by register(). heads.load and train_draft.py --head KIND
+# build a head by its kind; heads.save finds the kind of a head here.
 KINDS = {}
+
+
+def register(kind, cls, size_arg, doc):
+    """A head of class cls joins KINDS and speculative.DRAFTS: sample.py --draft KIND loads checkpoints/KIND.pt for
+    the target, and the entry's fresh(target) is an untrained cls(target)."""
+    KINDS[kind] = (cls, size_arg)
+    shipped = os.path.join(ROOT, "checkpoints", f"{kind}.pt")
+    speculative.DRAFTS[kind] = Drafter(lambda target: load(shipped, target), untrained=cls, doc=doc)
+
+
+def match_terms(logits, p):  # the head's logits (..., V), the target's p (..., V) -> (TV(p, q), cross-entropy), means
+    """The two terms both heads train on: 1 - TV(p, q) is the acceptance at T = 1, and a little cross-entropy
+    against p keeps q's tail from collapsing."""
+    tv = 0.5 * (F.softmax(logits.float(), -1) - p).abs().sum(-1).mean()
+    ce = -(p * F.log_softmax(logits.float(), -1)).sum(-1).mean()
+    return tv, ce
 
 
 def fingerprint(target):

@@ -19,10 +19,8 @@ import torch
 import torch.nn as nn
 from torch.nn import functional as F
 
-import speculative
 from drafts import heads
 from drafts.heads import ReadsTarget
-from speculative import Drafter
 
 
 class ResBlock(nn.Module):
@@ -74,14 +72,11 @@ class MedusaDraft(ReadsTarget):
         total, alphas = 0.0, []
         for i, logits in enumerate(self.teacher_forced(features), 1):
             p = F.softmax(target_logits[:, i:].float(), -1)
-            tv = 0.5 * (F.softmax(logits.float(), -1) - p).abs().sum(-1).mean()
-            ce = -(p * F.log_softmax(logits.float(), -1)).sum(-1).mean()
+            tv, ce = heads.match_terms(logits, p)
             total = total + tv + 0.1 * ce
             alphas.append(1.0 - tv.item())
         return total, alphas
 
 
-heads.KINDS["medusa"] = (MedusaDraft, "n_heads")
-speculative.DRAFTS["medusa"] = Drafter(
-    lambda target: heads.load(heads.SHIPPED_HEADS["medusa"], target), untrained=lambda target: MedusaDraft(target),
-    doc="Medusa heads on the target's features (checkpoints/medusa.pt): lossless")
+heads.register("medusa", MedusaDraft, "n_heads",
+               doc="Medusa heads on the target's features (checkpoints/medusa.pt): lossless")
