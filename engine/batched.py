@@ -26,7 +26,7 @@ Design choices, each kept simple:
 Exactness: given the past, each row's round is an ordinary Algorithm 2 round with K_b drafts, and the rows' draws
 are independent, so every row is distributed as plain sampling from the target and the rows are independent
 (tests/test_batched.py enumerates every branch of a B = 2 batch on table models and gets the exact joint).
-What it leaves out: the variants' verifiers (variants.py), trees, and per-row K.
+What it leaves out: the other verifiers (verifiers/), trees, and per-row K.
 """
 
 import time

@@ -5,6 +5,8 @@ Seeded random loops (no extra dependency): logits with -inf entries (masked toke
 from 1 to above V; top-p log-uniform down to 1e-12. Every distribution must be finite, non-negative, sum to 1
 and be zero outside the allowed set, every drafted token must have q(x) > 0, and bad logits (NaN, +inf, every
 token -inf) must end in a SamplingError that names the model and the position, and keeps the tokens so far.
+A bad row that plain sampling never reaches (the target's row after a draft it gives probability 0) must not:
+every verifier reads a row only when it uses it, as plain sampling does.
 """
 
 import math
@@ -14,10 +16,12 @@ import pytest
 import torch
 
 import speculative
+import verifiers  # noqa: F401  (registers verify="block" and the others)
 from engine.fast import FastGPT
 from speculative import (SamplingError, accept_probability, autoregressive_generate, checked, context_start,
                          residual, sampling_probs, speculative_generate)
 from tests.conftest import TableModel, random_gpt
+from tests.test_exact_enumeration import assert_same_distribution, enumerate_branches, target_joint
 
 NAN, INF = float("nan"), float("inf")
 
@@ -285,3 +289,62 @@ def test_float16_overflow_is_named_in_the_error():
         target.transformer.ln_f.weight.mul_(1e6)  # logits of about 1e5 in float32, beyond float16's 65504
     with pytest.raises(SamplingError, match=r"position 2 from the target: its logits hold (NaN|\+inf).*float16"):
         autoregressive_generate(target.half(), torch.tensor([[1, 2]]), 5)
+
+
+# ---- a target row that no verifier needs: the one after a draft the target gives probability 0 -----------------
+
+DEAD_END = 2  # a token the target never emits, after which it has no distribution at all
+
+UNREAD_ROW_VERIFIERS = [dict(verify="tokenwise"), dict(verify="block"), dict(verify="multidraft", n_drafts=2),
+                        dict(verify="tree", branches=(2, 2), children="sample"),
+                        dict(verify="tree", branches=(2, 2), children="top"),
+                        dict(verify="typical"), dict(verify="lenient", lenience=0.5)]
+VERIFIER_IDS = ["tokenwise", "block", "multidraft", "tree-sample", "tree-top", "typical", "lenient"]
+
+
+def dead_end_pair(block_size=8):
+    """(target, draft, rows): 3-token TableModels. The target gives DEAD_END probability 0 everywhere and, right
+    after it, every logit -inf: a row plain sampling never reaches. The draft proposes DEAD_END most of the time.
+    rows lists every all -inf row the target scored, so a test can show the row was really there."""
+    target, draft = TableModel(seed=0, block_size=block_size), TableModel(seed=1, block_size=block_size)
+    target.table[..., DEAD_END] = -INF  # p(DEAD_END) = 0 ...
+    target.table[:, DEAD_END] = -INF  # ... and after DEAD_END no token at all, whichever token starts the window
+    draft.table[..., DEAD_END] += 1.5  # q(DEAD_END) > 0, and the draft's top token in most contexts
+    rows, next_logits = [], target.next_logits
+
+    def recorded(context):
+        logits = next_logits(context)
+        if torch.isneginf(logits).all():
+            rows.append(list(context))
+        return logits
+
+    target.next_logits = recorded
+    return target, draft, rows
+
+
+@pytest.mark.parametrize("sampling", [dict(temperature=1.0), dict(temperature=0.0)], ids=["T=1", "greedy"])
+@pytest.mark.parametrize("verify", UNREAD_ROW_VERIFIERS, ids=VERIFIER_IDS)
+def test_no_verifier_reads_the_row_after_a_draft_the_target_forbids(verify, sampling, monkeypatch):
+    """Every branch enumerated (tests/test_exact_enumeration.py): no SamplingError although the target scores rows
+    with every logit -inf, DEAD_END never emitted, and the lossless verifiers still give the target's joint."""
+    target, draft, dead_rows = dead_end_pair()
+    prompt, n = [1, 0], 3
+    run = lambda: speculative_generate(target, draft, torch.tensor([prompt]), n, k=2, **sampling, **verify)[0][
+        0, len(prompt):].tolist()
+    got = enumerate_branches(run, monkeypatch)
+    assert dead_rows, "the draft should have proposed DEAD_END, so that the target scored a row after it"
+    assert abs(sum(got.values()) - 1.0) < 1e-9
+    assert not any(DEAD_END in seq for seq in got), "emitted a token the target gives probability 0"
+    if speculative.ROUNDS[verify["verify"]].lossless:
+        assert_same_distribution(got, target_joint(target, prompt, n, **sampling))
+
+
+@pytest.mark.parametrize("verify", UNREAD_ROW_VERIFIERS, ids=VERIFIER_IDS)
+def test_seeded_runs_past_a_forbidden_draft_never_fail_or_emit_it(verify):
+    """The real draws (torch.multinomial, coins), 30 seeds x 12 tokens, window 6: it slides inside the runs."""
+    target, draft, dead_rows = dead_end_pair(block_size=6)
+    for seed in range(30):
+        out, stats = speculative_generate(target, draft, torch.tensor([[1, 0]]), 12, k=3, **verify,
+                                          generator=torch.Generator().manual_seed(seed))
+        assert DEAD_END not in out[0].tolist() and stats.new_tokens == 12
+    assert len(dead_rows) >= 30, "the target should have scored the row after DEAD_END in most runs"
