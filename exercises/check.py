@@ -4,14 +4,16 @@ Checks a student's file (a filled-in copy of exercises/student.py) step by step,
     python exercises/check.py mine.py              # step 1 accept_probability, step 2 residual, step 3 the round
     python exercises/check.py mine.py --stretch    # then the stretch exercise: block verification
 
-There is no second copy of the answer: every check compares with the project itself, speculative.py (and
-verifiers/block.py's block_round for the stretch), and with the target's exact distribution. The round is checked as
+There is no second copy of the answer. Steps 1 and 2 run tests/diagnose.py's probes, which compare with the
+formulas min(1, p(x)/q(x)) and norm(max(0, p - q)) (the same probes name the likely culprit when an exactness test
+of speculative.py fails). The round is compared with the target's exact distribution, as
 tests/test_exact_enumeration.py checks speculative.py: speculative.sample and speculative.coin are replaced by
 a scripted chooser that runs the round down EVERY branch of its randomness, on two tiny table models
-(tests/conftest.py), and the probability of every output sequence must equal the target's within 1e-9. The
-student's round runs through the project's one registry, as speculative_generate(..., verify="student").
-When it is not exact, the checker finds the likely bug by swapping the student's pieces for the project's one at
-a time, and by running the student's round and speculative_round side by side on scripted coins.
+(tests/conftest.py), and the probability of every output sequence must equal the target's within 1e-9; the stretch
+is compared with verifiers/block.py's block_round too. The student's round runs through the project's one registry,
+as speculative_generate(..., verify="student"). When it is not exact, the checker finds the likely bug by swapping
+the student's pieces for the project's one at a time, and by running the student's round and speculative_round side
+by side on scripted coins.
 Exit code 0 when every check passes, 1 otherwise.
 """
 
@@ -32,6 +34,7 @@ import torch  # noqa: E402
 import speculative  # noqa: E402
 from verifiers import block  # noqa: E402
 from tests.conftest import TableModel  # noqa: E402
+from tests.diagnose import accept_probability_bug, one_round_outcomes, residual_bug  # noqa: E402
 from tests.test_exact_enumeration import enumerate_branches, target_joint  # noqa: E402
 
 TEMPLATE = os.path.join(ROOT, "exercises", "student.py")
@@ -110,73 +113,18 @@ def close(a, b, tol=1e-9):
     return abs(a - b) <= tol
 
 
-# ---- step 1: accept_probability ------------------------------------------------------------------------------------
-
-ACCEPT_CASES = [(0.2, 0.5), (0.5, 0.2), (0.3, 0.3), (0.0, 0.4), (1.0, 1e-3)]
-
+# ---- steps 1 and 2: accept_probability and residual, by tests/diagnose.py's probes -----------------------------------
 
 def check_accept_probability(module, path):
-    for p_x, q_x in ACCEPT_CASES:
-        got = call(module, "accept_probability", path, p_x, q_x)
-        try:
-            got = float(got)
-        except (TypeError, ValueError):
-            raise Wrong(f"accept_probability({p_x}, {q_x}) returned {got!r}: return a number")
-        want = speculative.accept_probability(p_x, q_x)
-        if close(got, want):
-            continue
-        why = "the acceptance test is not min(1, p(x)/q(x))"
-        if close(got, p_x / q_x):
-            why += ": the min(1, ...) is missing. p(x)/q(x) can exceed 1, a probability cannot"
-        elif p_x > 0 and close(got, min(1.0, q_x / p_x)) or p_x > 0 and close(got, q_x / p_x):
-            why += ": the ratio is upside down. Divide the target's p(x) by the draft's q(x)"
-        elif close(got, min(p_x, q_x)):
-            why += (": min(p(x), q(x)) is the probability that x is proposed AND kept; once x is proposed, keep "
-                    "it with min(p(x), q(x)) / q(x)")
-        raise Wrong(f"accept_probability({p_x}, {q_x}) returned {got:.4g}, expected {want:.4g}: {why}")
-
-
-# ---- step 2: residual ------------------------------------------------------------------------------------------------
-
-def residual_cases():
-    d = lambda *xs: torch.tensor(xs, dtype=torch.float64)
-    g = torch.Generator().manual_seed(0)
-    rand = lambda: torch.softmax(2 * torch.randn(5, generator=g, dtype=torch.float64), -1)
-    return [(d(0.5, 0.3, 0.1, 0.1), d(0.1, 0.2, 0.4, 0.3)), (rand(), rand()), (d(0.6, 0.4, 0.0), d(0.0, 0.5, 0.5)),
-            (d(0.25, 0.25, 0.5), d(0.25, 0.25, 0.5))]  # the last: p == q, nothing left over
+    bug = accept_probability_bug(lambda p_x, q_x: call(module, "accept_probability", path, p_x, q_x))
+    if bug:
+        raise Wrong(bug)
 
 
 def check_residual(module, path):
-    fmt = lambda x: "[" + ", ".join(f"{v:.3g}" for v in x.tolist()) + "]"
-    for p, q in residual_cases():
-        p0, q0 = p.clone(), q.clone()
-        got = call(module, "residual", path, p, q)
-        args = f"residual(p={fmt(p0)}, q={fmt(q0)})"
-        if not torch.equal(p, p0) or not torch.equal(q, q0):
-            raise Wrong(f"{args} changed its argument p or q in place: compute a new tensor (p - q makes one), "
-                        "do not write into p or q; the round still needs them")
-        if not torch.is_tensor(got) or got.shape != p.shape:
-            raise Wrong(f"{args} returned {got!r}: return a torch tensor of shape (V,) = {tuple(p.shape)}")
-        got, want = got.to(torch.float64), speculative.residual(p, q)
-        if torch.equal(p0, q0):  # any distribution is exact here: ask only for one
-            if not torch.isfinite(got).all() or (got < 0).any() or not close(got.sum().item(), 1.0, 1e-6):
-                raise Wrong(f"{args} returned {fmt(got)}, not a distribution. When p == q, max(0, p - q) is all "
-                            "zeros and dividing by its sum gives NaN. A rejection cannot happen then (every "
-                            "p(x)/q(x) is 1), so any distribution is correct: return p")
-            continue
-        if torch.allclose(got, want, atol=1e-9):
-            continue
-        clamped = torch.clamp(p0 - q0, min=0.0)
-        why = "the replacement is not drawn from the residual norm(max(0, p - q))"
-        if torch.allclose(got, p0, atol=1e-9):
-            why += ": you return p itself. p would count again the mass min(p, q) that accepted drafts already give"
-        elif torch.allclose(got, clamped, atol=1e-9):
-            why += ": max(0, p - q) is not normalised. Divide it by its sum"
-        elif torch.allclose(got, speculative.residual(q0, p0), atol=1e-9):
-            why += ": p and q are swapped. It is the target's p minus the draft's q"
-        elif (got < 0).any():
-            why += ": it has negative entries. Clamp p - q at 0 (torch.clamp(p - q, min=0.0)) before normalising"
-        raise Wrong(f"{args} returned {fmt(got)}, expected {fmt(want)}: {why}")
+    bug = residual_bug(lambda p, q: call(module, "residual", path, p, q))
+    if bug:
+        raise Wrong(bug)
 
 
 # ---- step 3: the round, by enumerating every branch ------------------------------------------------------------------
@@ -453,25 +401,9 @@ def check_round(module, path):
 
 # ---- stretch: block verification ------------------------------------------------------------------------------
 
-def one_round_outcomes(mp, fn, name, path, k):
+def block_outcomes(mp, fn, path, k):
     """{(drafts, kept, next token): probability} of ONE round (K = k) of fn, over every branch."""
-    target, draft = TableModel(seed=0, block_size=8), TableModel(seed=1, block_size=8)
-    probs = lambda logits: speculative.sampling_probs(logits, 1.0)
-    one_round, drafted, draft_tokens = checked(fn, name, path), [], speculative.draft_tokens
-
-    def recording(draft, tokens, k, probs, generator):  # every chain verifier drafts through draft_tokens
-        qs = draft_tokens(draft, tokens, k, probs, generator)
-        drafted.append(tuple(tokens[-k:]))
-        return qs
-    mp.setattr(speculative, "draft_tokens", recording)
-
-    def run():
-        drafted.clear()
-        tgt, drf = (speculative.CachedModel(m, torch.device("cpu")) for m in (target, draft))
-        tokens = list(PROMPT)
-        kept = one_round(tgt, drf, tokens, k, probs, None)
-        return tuple(drafted[:1]), kept, tokens[len(PROMPT) + kept]
-    return enumerate_branches(run, mp, patch=patch_draws)
+    return one_round_outcomes(mp, checked(fn, "block_round", path), k, patch=patch_draws)
 
 
 def kept_distribution(outcomes, k):
@@ -496,7 +428,7 @@ def check_block(module, path):
                                 ("tokenwise", speculative.speculative_round)):
             with pytest.MonkeyPatch.context() as mp:
                 no_other_randomness(mp)
-                dists[label] = kept_distribution(one_round_outcomes(mp, round_fn, "block_round", path, k), k)
+                dists[label] = kept_distribution(block_outcomes(mp, round_fn, path, k), k)
         mean = {label: sum(i * w for i, w in enumerate(d)) for label, d in dists.items()}
         if not all(close(a, b) for a, b in zip(dists["yours"], dists["block"])):
             same_as_tokenwise = all(close(a, b) for a, b in zip(dists["yours"], dists["tokenwise"]))
@@ -518,7 +450,7 @@ def diagnose_block(fn, path):
             with pytest.MonkeyPatch.context() as mp:
                 no_other_randomness(mp)
                 try:
-                    joint[label] = one_round_outcomes(mp, round_fn, "block_round", path, k)
+                    joint[label] = block_outcomes(mp, round_fn, path, k)
                 except Wrong as e:
                     return str(e)
         cut = lambda d: {key[:2]: sum(w for other, w in d.items() if other[:2] == key[:2]) for key in d}

@@ -1,7 +1,7 @@
 """
 Sampling and training speed on a quiet CPU and beside one busy process, with 2 threads, 1 thread, and the
-default (--threads left out: one per idle core, cpu.py). The measurement behind the default; BENCHMARKS.md
-keeps its output.
+default (--threads left out: one per idle core, engine/cpu.py). The measurement behind the default;
+BENCHMARKS.md keeps its output.
 
     python scripts/threads_bench.py              # about 2 minutes on a 2-core CPU
     python scripts/threads_bench.py --repeats 5

@@ -64,10 +64,18 @@ def target_joint(model, prompt, n, **sampling):
 
 
 def assert_same_distribution(got, want, tol=1e-9):
-    assert abs(sum(got.values()) - 1.0) < tol, f"probabilities sum to {sum(got.values())}"
-    for seq in set(got) | set(want):
-        assert abs(got.get(seq, 0.0) - want.get(seq, 0.0)) < tol, (
-            f"P{seq}: enumerated {got.get(seq, 0.0)}, target {want.get(seq, 0.0)}")
+    """got == want within tol, outcome by outcome. If not, the message names the outcome that differs most, the
+    total variation distance, and the likely culprit (tests/diagnose.py's probes of speculative.py)."""
+    outcomes = set(got) | set(want)
+    diff = lambda seq: abs(got.get(seq, 0.0) - want.get(seq, 0.0))
+    worst, total = max(outcomes, key=diff), sum(got.values())
+    if abs(total - 1.0) < tol and diff(worst) < tol:
+        return
+    from tests.diagnose import explain  # here: diagnose.py enumerates with this file's enumerate_branches
+    tv = 0.5 * sum(map(diff, outcomes))
+    head = (f"probabilities sum to {total:.6g}" if abs(total - 1.0) >= tol else
+            f"P{worst}: enumerated {got.get(worst, 0.0):.4g}, target {want.get(worst, 0.0):.4g}")
+    raise AssertionError(f"{head} (TV {tv:.3g}). {explain(got, want, tol)}")
 
 
 CASES = [  # (k, n new tokens, sampling, target block_size, draft block_size)
@@ -134,6 +142,58 @@ def test_enumeration_detects_a_broken_residual(monkeypatch):
     run = lambda: speculative_generate(target, draft, torch.tensor([[2, 0]]), 3, k=2)[0][0, 2:].tolist()
     got, want = enumerate_branches(run, monkeypatch), target_joint(target, [2, 0], 3)
     assert max(abs(got.get(s, 0) - want.get(s, 0)) for s in want) > 1e-3
+
+
+def round_with_the_bonus_from_the_wrong_row(target, draft, tokens, k, probs, generator):
+    """speculative_round with one bug: the bonus token is drawn from p[k - 1] instead of p[k]."""
+    t = len(tokens)
+    qs = speculative.draft_tokens(draft, tokens, k, probs, generator)
+    logits, p = speculative.score(target, tokens, k, probs)
+    for i in range(k):
+        x = tokens[t + i]
+        if not speculative.coin(speculative.accept_probability(p[i, x].item(), qs[i][x].item()), generator):
+            tokens[t + i:] = [speculative.sample(speculative.residual(p[i], qs[i]), generator)]
+            target.rollback(t + i)
+            draft.rollback(t + i)
+            return i
+    tokens.append(speculative.sample(p[k - 1], generator))  # the bug: the row of the last draft
+    return k
+
+
+def failure_message(monkeypatch, verify="tokenwise"):  # -> the words assert_same_distribution fails with
+    target, draft = TableModel(seed=0), TableModel(seed=1)
+    run = lambda: speculative_generate(target, draft, torch.tensor([[2, 0]]), 3, k=2, verify=verify)[0][0, 2:].tolist()
+    with pytest.raises(AssertionError) as failure:
+        assert_same_distribution(enumerate_branches(run, monkeypatch), target_joint(target, [2, 0], 3))
+    return str(failure.value)
+
+
+@pytest.mark.parametrize("name,bug,words", [
+    ("accept_probability", lambda p_x, q_x: min(1.0, q_x / p_x) if p_x > 0 else 1.0,
+     "accept_probability(0.2, 0.5) returned 1, expected 0.4: the acceptance test is not min(1, p(x)/q(x)): the ratio "
+     "is upside down (p and q swapped)"),
+    ("accept_probability", lambda p_x, q_x: p_x / q_x, "the min(1, ...) is missing"),
+    ("residual", lambda p, q: torch.clamp(p - q, min=0.0), "residual(p=[0.5, 0.3, 0.1, 0.1], q=[0.1, 0.2, 0.4, 0.3]) "
+     "returned [0.4, 0.1, 0, 0], expected [0.8, 0.2, 0, 0]: the replacement is not drawn from the residual "
+     "norm(max(0, p - q)): max(0, p - q) is not normalised (it sums to 0.5)"),
+    ("residual", lambda p, q: p, "you return p itself"),
+    ("speculative_round", round_with_the_bonus_from_the_wrong_row, "it is p[k - 1], the row of the last draft"),
+])
+def test_enumeration_detects_a_planted_bug_and_names_it(name, bug, words, monkeypatch):
+    monkeypatch.setattr(speculative, name, bug)
+    message = failure_message(monkeypatch)
+    assert message.startswith(("P(", "probabilities sum to")) and " (TV " in message, message
+    assert f"Likely culprit: speculative.{name}: " in message and words in message, message
+
+
+def test_enumeration_detects_a_bug_no_probe_knows_and_says_where_the_output_first_differs(monkeypatch):
+    """verifiers/ has no probes: a block round whose replacement after a cut is drawn from p itself."""
+    import verifiers.block
+    monkeypatch.setattr(verifiers.block, "block_residual", lambda a, p, q: p)
+    message = failure_message(monkeypatch, verify="block")
+    assert "No probe of speculative.py names a culprit; output[0] is the first part of the output distributed " \
+           "differently: enumerated {0: " in message and "}, target {0: " in message, message
+    assert "python -m pytest -x tests/test_exact_enumeration.py -k detects" in message
 
 
 def test_context_start_follows_the_spec():

@@ -76,6 +76,22 @@ def test_the_guides_test_file_passes(fork):
     assert out.returncode == 0 and "3 passed" in out.stdout, out.stdout[-3000:] + out.stderr[-2000:]
 
 
+def test_the_guide_names_n_and_k_when_it_calls_the_enumeration():
+    """n and k are both small ints, and a round drafts at most n - 1 tokens: n=2, k=3 meant as n=3, k=2 still
+    passes, having checked one draft per round. So the helper takes them by name only, and the guide names them."""
+    calls = re.findall(r"output_distribution\(([^)]*)\)", open(GUIDE, encoding="utf-8").read())
+    assert calls, "docs/fork.md no longer calls output_distribution"
+    for args in calls:
+        assert re.search(r"\bn=\d", args) and re.search(r"\bk=\d", args), f"name n and k: output_distribution({args})"
+
+
+@pytest.mark.parametrize("n,k", [(1, 3), (0, 2), (3, 0), (3.0, 2)])
+def test_the_enumeration_refuses_n_and_k_that_cannot_check_a_draft(n, k, monkeypatch):
+    from tests.test_variants import output_distribution
+    with pytest.raises(ValueError, match="pass them by keyword, e.g. n=3, k=2"):  # (1, 3): (n=3, k=1) swapped
+        output_distribution(monkeypatch, n=n, k=k, sampling=dict(temperature=1.0))
+
+
 def test_an_unknown_verifier_points_to_the_plugin_flag(capsys):
     import sample
     with pytest.raises(SystemExit):
@@ -87,3 +103,9 @@ def test_a_missing_plugin_file_is_a_clear_error():
     import sample
     with pytest.raises(SystemExit, match="--plugin nowhere.py: no such file"):
         sample.get_args(["--plugin", "nowhere.py"])
+
+
+def test_the_enumeration_takes_n_and_k_by_name_only(monkeypatch):
+    from tests.test_variants import output_distribution
+    with pytest.raises(TypeError):  # positional n and k are how a forker swapped them
+        output_distribution(monkeypatch, 3, 2, dict(temperature=1.0))

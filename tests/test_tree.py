@@ -1,6 +1,6 @@
-"""Draft trees (verifiers/tree.py's tree_round): every branch of the real code enumerated, as in tests/test_variants.py, for
-both children rules (sampled, i.i.d. or without replacement; the draft's top tokens as point masses), depths 1..3,
-temperatures, top-k, top-p, sliding windows and K larger than the tokens left; then real GPTs (eager and fast,
+"""Draft trees (verifiers/tree.py's tree_round): every branch of the real code enumerated, as in
+tests/test_variants.py, for both children rules (sampled, i.i.d. or without replacement; the draft's top tokens as
+point masses), depths 1..3, temperatures, top-k, top-p, sliding windows and K larger than the tokens left; then real GPTs (eager and fast,
 the tree in both caches), a chi-square test, greedy trees against plain greedy, and planted bugs the checks catch."""
 
 import json
@@ -44,7 +44,8 @@ CASES = [  # (k, n new tokens, sampling, target block_size, draft block_size, br
 @pytest.mark.parametrize("k,n,sampling,w_target,w_draft,branches,children,replacement", CASES)
 def test_tree_output_distribution_equals_target_exactly(k, n, sampling, w_target, w_draft, branches, children,
                                                         replacement, monkeypatch):
-    got, want = output_distribution(monkeypatch, n, k, sampling, w_target, w_draft, verify="tree", branches=branches,
+    got, want = output_distribution(monkeypatch, n=n, k=k, sampling=sampling,
+                                    w_target=w_target, w_draft=w_draft, verify="tree", branches=branches,
                                     children=children, replacement=replacement)
     assert_same_distribution(got, want)
 
@@ -56,7 +57,8 @@ def test_tree_output_distribution_equals_target_exactly(k, n, sampling, w_target
 ])
 def test_tree_with_a_budget_is_exact(k, n, sampling, branches, children, budget, monkeypatch):
     """budget=N: which nodes get children depends on the draft's path probabilities, fixed before they are drawn."""
-    got, want = output_distribution(monkeypatch, n, k, sampling, verify="tree", branches=branches, children=children,
+    got, want = output_distribution(monkeypatch, n=n, k=k, sampling=sampling,
+                                    verify="tree", branches=branches, children=children,
                                     budget=budget)
     assert_same_distribution(got, want)
 
@@ -67,7 +69,7 @@ def test_enumeration_detects_sampled_children_dropped_by_their_own_probability(m
     real = verifiers.tree.draw_children
     rerank = lambda q, *args: (lambda drawn: [c for c in drawn if q[c[0]] >= 0.3] or drawn[:1])(real(q, *args))
     monkeypatch.setattr(verifiers.tree, "draw_children", rerank)
-    got, want = output_distribution(monkeypatch, 3, 2, T1, verify="tree", branches=(2,))
+    got, want = output_distribution(monkeypatch, n=3, k=2, sampling=T1, verify="tree", branches=(2,))
     assert total_variation(got, want) > 1e-3, total_variation(got, want)
 
 
@@ -89,7 +91,8 @@ def test_a_budget_caps_the_nodes_and_grows_the_likeliest_paths(monkeypatch):
 @pytest.mark.parametrize("children", ["sample", "top"])
 def test_tree_with_the_ngram_draft_is_exact(children, monkeypatch):
     """A point-mass q: "sample" draws its one token once, "top" adds the draft's next guesses (ties at q = 0)."""
-    got, want = output_distribution(monkeypatch, 3, 2, T1, draft=NGramDraft(3, n=2), verify="tree", branches=(2, 2),
+    got, want = output_distribution(monkeypatch, n=3, k=2, sampling=T1,
+                                    draft=NGramDraft(3, n=2), verify="tree", branches=(2, 2),
                                     children=children)
     assert_same_distribution(got, want)
 
@@ -99,7 +102,8 @@ def test_enumeration_detects_a_residual_not_updated_after_a_rejected_sibling(chi
     """The planted bug, once per rule: the next sibling tested against p again instead of norm(max(0, p - q_j))."""
     monkeypatch.setattr(verifiers.tree, "residual", lambda p, q: p)
     branches = (2, 2) if children == "top" else (1, 2)  # siblings at depth 2 (the root's are multidraft's test)
-    got, want = output_distribution(monkeypatch, 3, 2, T1, verify="tree", branches=branches, children=children,
+    got, want = output_distribution(monkeypatch, n=3, k=2, sampling=T1,
+                                    verify="tree", branches=branches, children=children,
                                     replacement=replacement)
     assert total_variation(got, want) > 1e-3, total_variation(got, want)
 
@@ -107,7 +111,7 @@ def test_enumeration_detects_a_residual_not_updated_after_a_rejected_sibling(chi
 def test_enumeration_detects_top_children_tested_against_the_drafts_q(monkeypatch):
     """A top child is chosen, not drawn from q: testing it with min(1, p/q) instead of its point mass is biased."""
     monkeypatch.setattr(verifiers.tree, "point_mass", lambda q, x: q)
-    got, want = output_distribution(monkeypatch, 3, 2, T1, verify="tree", branches=(2, 2), children="top")
+    got, want = output_distribution(monkeypatch, n=3, k=2, sampling=T1, verify="tree", branches=(2, 2), children="top")
     assert total_variation(got, want) > 1e-3
 
 

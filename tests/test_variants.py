@@ -1,6 +1,7 @@
-"""The verifiers of verifiers/ and the n-gram draft, checked by the same enumeration of every branch as tests/test_exact_enumeration.py:
-lossless ones give the target's joint distribution within 1e-9, lossy ones show their exact total-variation
-distance, and the expected tokens per round are computed exactly, branch by branch, not estimated."""
+"""The verifiers of verifiers/ and the n-gram draft, checked by the same enumeration of every branch as
+tests/test_exact_enumeration.py: lossless ones give the target's joint distribution within 1e-9, lossy ones show
+their exact total-variation distance, and the expected tokens per round are computed exactly, branch by branch,
+not estimated."""
 
 import pytest
 import torch
@@ -19,8 +20,14 @@ from tests.test_exact_enumeration import CASES, assert_same_distribution, enumer
 PROMPT = [2, 0]
 
 
-def output_distribution(monkeypatch, n, k, sampling, w_target=8, w_draft=8, draft=None, **verify):
-    """Exact distribution of the n new tokens of speculative_generate(TableModel pair), every branch enumerated."""
+def output_distribution(monkeypatch, *, n, k, sampling, w_target=8, w_draft=8, draft=None, **verify):
+    """Exact distribution of the n new tokens of speculative_generate(TableModel pair) at k drafts per round, every
+    branch enumerated, beside the target's. n comes before k: name them, output_distribution(mp, n=3, k=2, ...).
+    A round drafts at most n - 1 tokens (the last new token is never a draft), so k > n - 1 tests that cap only."""
+    if not all(isinstance(v, int) and not isinstance(v, bool) for v in (n, k)) or n < 2 or k < 1:
+        raise ValueError(f"output_distribution(n={n!r}, k={k!r}): n (new tokens) must be an int >= 2 and k (drafts "
+                         "per round) an int >= 1; with n < 2 no round drafts a token, and the check passes for any "
+                         "draft or verifier. n comes before k: pass them by keyword, e.g. n=3, k=2")
     target = TableModel(seed=0, block_size=w_target)
     draft = draft if draft is not None else TableModel(seed=1, block_size=w_draft)
     run = lambda: speculative_generate(target, draft, torch.tensor([PROMPT]), n, k=k, **sampling, **verify)[0][
@@ -60,7 +67,8 @@ def first_round_tokens(monkeypatch, k, sampling, draft=None, **verify):
 
 @pytest.mark.parametrize("k,n,sampling,w_target,w_draft", CASES)
 def test_block_verification_output_distribution_equals_target_exactly(k, n, sampling, w_target, w_draft, monkeypatch):
-    got, want = output_distribution(monkeypatch, n, k, sampling, w_target, w_draft, verify="block")
+    got, want = output_distribution(monkeypatch, n=n, k=k, sampling=sampling,
+                                    w_target=w_target, w_draft=w_draft, verify="block")
     assert_same_distribution(got, want)
 
 
@@ -85,7 +93,7 @@ def test_enumeration_detects_a_block_residual_without_the_weight(monkeypatch):
     """The check above can fail: dropping a_tau from norm(max(0, a_tau p - q)) changes the distribution. (At K = 2
     on this pair every cut with a_tau < 1 has R = 0, so the bug needs K = 3 to show; 1e-4 is far above 1e-9.)"""
     monkeypatch.setattr(block, "block_residual", lambda a, p, q: block.residual(p, q))
-    got, want = output_distribution(monkeypatch, 4, 3, dict(temperature=1.0), verify="block")
+    got, want = output_distribution(monkeypatch, n=4, k=3, sampling=dict(temperature=1.0), verify="block")
     assert total_variation(got, want) > 1e-4
 
 
@@ -93,13 +101,15 @@ def test_enumeration_detects_a_block_residual_without_the_weight(monkeypatch):
 
 @pytest.mark.parametrize("k,n,sampling,w_target,w_draft", CASES)
 def test_ngram_draft_output_distribution_equals_target_exactly(k, n, sampling, w_target, w_draft, monkeypatch):
-    got, want = output_distribution(monkeypatch, n, k, sampling, w_target, draft=NGramDraft(3, n=2))
+    got, want = output_distribution(monkeypatch, n=n, k=k, sampling=sampling, w_target=w_target,
+                                    draft=NGramDraft(3, n=2))
     assert_same_distribution(got, want)
 
 
 @pytest.mark.parametrize("verify", ["tokenwise", "block"])
 def test_smoothed_ngram_draft_is_exact_under_both_lossless_verifiers(verify, monkeypatch):
-    got, want = output_distribution(monkeypatch, 3, 3, dict(temperature=1.0), draft=NGramDraft(3, n=1, smoothing=0.3),
+    got, want = output_distribution(monkeypatch, n=3, k=3, sampling=dict(temperature=1.0),
+                                    draft=NGramDraft(3, n=1, smoothing=0.3),
                                     verify=verify)
     assert_same_distribution(got, want)
 
@@ -107,7 +117,7 @@ def test_smoothed_ngram_draft_is_exact_under_both_lossless_verifiers(verify, mon
 def test_enumeration_detects_a_broken_residual_with_the_ngram_draft(monkeypatch):
     """With a point-mass q, resampling from p instead of norm(max(0, p - q)) can return the rejected token."""
     monkeypatch.setattr(speculative, "residual", lambda p, q: p)
-    got, want = output_distribution(monkeypatch, 3, 2, dict(temperature=1.0), draft=NGramDraft(3, n=2))
+    got, want = output_distribution(monkeypatch, n=3, k=2, sampling=dict(temperature=1.0), draft=NGramDraft(3, n=2))
     assert total_variation(got, want) > 1e-3
 
 
@@ -138,7 +148,8 @@ MULTI_CASES = [  # (k, n new tokens, sampling, target block_size, draft block_si
 @pytest.mark.parametrize("k,n,sampling,w_target,w_draft,n_drafts,replacement", MULTI_CASES)
 def test_multidraft_output_distribution_equals_target_exactly(k, n, sampling, w_target, w_draft, n_drafts,
                                                               replacement, monkeypatch):
-    got, want = output_distribution(monkeypatch, n, k, sampling, w_target, w_draft, verify="multidraft",
+    got, want = output_distribution(monkeypatch, n=n, k=k, sampling=sampling,
+                                    w_target=w_target, w_draft=w_draft, verify="multidraft",
                                     n_drafts=n_drafts, replacement=replacement)
     assert_same_distribution(got, want)
 
@@ -166,7 +177,8 @@ def test_more_candidates_at_the_root_are_accepted_more_often(replacement, monkey
 def test_enumeration_detects_a_root_residual_that_is_not_updated(monkeypatch):
     """Trying the second candidate against p_0 again instead of norm(max(0, p_0 - q)) is biased."""
     monkeypatch.setattr(tree, "residual", lambda p, q: p)
-    got, want = output_distribution(monkeypatch, 3, 1, dict(temperature=1.0), verify="multidraft", n_drafts=2,
+    got, want = output_distribution(monkeypatch, n=3, k=1, sampling=dict(temperature=1.0),
+                                    verify="multidraft", n_drafts=2,
                                     replacement=True)
     assert total_variation(got, want) > 1e-3
 
@@ -207,17 +219,18 @@ def test_multidraft_scores_all_branches_in_one_target_forward():
 # ---- the lossy contrasts: the enumeration measures their bias ----------------------------------------------
 
 def test_lenience_one_is_exact_and_lenience_below_one_is_biased(monkeypatch):
-    got, want = output_distribution(monkeypatch, 3, 2, dict(temperature=1.0), verify="lenient", lenience=1.0)
+    got, want = output_distribution(monkeypatch, n=3, k=2, sampling=dict(temperature=1.0),
+                                    verify="lenient", lenience=1.0)
     assert_same_distribution(got, want)
-    tv = [total_variation(*output_distribution(monkeypatch, 3, 2, dict(temperature=1.0), verify="lenient",
+    tv = [total_variation(*output_distribution(monkeypatch, n=3, k=2, sampling=dict(temperature=1.0), verify="lenient",
                                                lenience=l)) for l in (0.8, 0.5, 0.2)]
     assert 1e-3 < tv[0] < tv[1] < tv[2], f"TV at lenience 0.8, 0.5, 0.2: {tv}"  # more lenient, more biased
 
 
 def test_typical_acceptance_is_biased_when_sampling_and_exact_when_greedy(monkeypatch):
-    got, want = output_distribution(monkeypatch, 3, 2, dict(temperature=1.0), verify="typical")
+    got, want = output_distribution(monkeypatch, n=3, k=2, sampling=dict(temperature=1.0), verify="typical")
     assert total_variation(got, want) > 1e-3
-    got, want = output_distribution(monkeypatch, 3, 2, dict(temperature=0.0), verify="typical")
+    got, want = output_distribution(monkeypatch, n=3, k=2, sampling=dict(temperature=0.0), verify="typical")
     assert_same_distribution(got, want)
 
 
