@@ -1,5 +1,5 @@
 """
-A compact GPT (the GPT-2 architecture) with a KV cache that can be rolled back.
+A compact GPT (the GPT-2 architecture) with KV caches that can be rolled back.
 
 What it is:
 - GPT-2 as in Radford et al. 2019 and karpathy/nanoGPT: learned absolute positions, pre-LayerNorm blocks,
@@ -7,18 +7,18 @@ What it is:
   so GPT-2 weights can be mapped onto it.
 - model(idx) returns logits for EVERY position, shape (B, T, V) (nanoGPT returns only the last one at
   inference). Speculative sampling needs them all: the target scores K+1 positions in one forward.
-- A KV cache for decoding, preallocated once: model(idx, use_cache=True) appends idx's T tokens to the cache
-  and returns their logits; model.crop(n) forgets everything after the first n tokens in O(1) (it only moves
-  a counter), which is how rejected draft tokens are rolled back.
-- Tree attention for draft trees (verifiers/tree.py): model(idx, use_cache=True, pos=..., mask=...) feeds tokens at
-  given positions, each seeing the cached and new tokens its mask allows; model.compact(n, slots) then keeps the
-  accepted path. The target scores a whole tree this way, and the draft grows one a level at a time. This
-  one-row cache is the only one that takes trees: the per-row cache below stays a chain per row.
-- A cache with a length per row, for several sequences at once (engine/batched.py): reset_row_cache(B) allocates it;
-  then model(idx, use_cache=True) writes row b's T new tokens at that row's own offset row_lengths[b] (which is
-  also their position), each behind its own causal mask, and model.crop_rows(lengths) rolls rows back in O(1).
-  Its shapes never depend on how many tokens a row holds (attention runs over the whole preallocated cache
-  behind a mask, positions are tensors), so one width always runs the same kernels.
+- The KV caches are small classes of their own, outside the model, with one interface (see "the KV caches"
+  below): model(idx, use_cache=True) asks the cache where idx's T new tokens sit and what each sees (place), and
+  each layer hands it the new keys and values and gets back every key and value they may see (write).
+  ChainCache (model.reset_cache()): one sequence, preallocated once; model.crop(n) forgets everything after the
+  first n tokens in O(1) (it only moves a counter), which is how rejected draft tokens are rolled back. It also
+  takes trees of drafts (verifiers/tree.py): model(idx, use_cache=True, pos=..., mask=...) feeds tokens at given
+  positions, each seeing the cached and new tokens its mask allows; model.compact(n, slots) then keeps the
+  accepted path. The target scores a whole tree this way, and the draft grows one a level at a time.
+  RowCache (model.reset_row_cache(B)): several sequences at once (engine/batched.py), a length per row: row b's
+  new tokens go to that row's own offset row_lengths[b] (which is also their position), each behind its own
+  causal mask, and model.crop_rows(lengths) rolls rows back in O(1). Its shapes never depend on how many tokens
+  a row holds, so one width always runs the same kernels.
 - The features: every forward leaves the final block's output of the positions it scored (what ln_f and the LM
   head read) in model.features, a Features(at, ids, x) record, at no extra cost. A draft that reads the target
   (drafts/eagle.py, drafts/medusa.py) takes the features of the accepted prefix from there.
@@ -26,11 +26,12 @@ What it is:
   tokenizer), so torch.load(..., weights_only=True) works and nothing is guessed at load time.
 
 What it leaves out: flash/fused kernels beyond torch's scaled_dot_product_attention, trees of tokens in the
-per-row cache, rotary/relative positions, and the training loop (see train_draft.py).
+RowCache, rotary/relative positions, and the training loop (see train_draft.py).
 """
 
 import math
 import os
+import pickle
 from dataclasses import asdict, dataclass
 
 import torch
@@ -54,76 +55,15 @@ class Features:
     """What the last forward scored: x[0, i] is the final block's output at position at + i (the window's
     position, as the cache counts), computed after reading ids[0, i]; the LM head turns it into the distribution
     of the token at at + i + 1."""
-    at: int  # position of the first scored token: the cache length before the forward (0 without a cache)
+    at: int  # position of the first scored token: the cache length before the forward (0 without a cache, None
+    #          with a RowCache: each row's tokens sit at positions of their own)
     ids: torch.Tensor  # (B, T) the tokens fed
     x: torch.Tensor  # (B, T, C) the final block's output, before ln_f
 
 
-class KVCache:
-    """Keys and values of one attention layer, preallocated for block_size positions.
-
-    Only the first `length` positions are valid; crop(n) just sets length = n, so a rollback copies nothing.
-    """
-
-    def __init__(self, B, n_head, block_size, head_size, device, dtype):
-        self.k = torch.zeros(B, n_head, block_size, head_size, device=device, dtype=dtype)  # (B, nh, W, hs)
-        self.v = torch.zeros_like(self.k)
-        self.length = 0
-
-    def append(self, k, v):  # (B, nh, T, hs) x2 -> the valid (B, nh, length, hs) keys and values
-        T = k.size(2)
-        start, end = self.length, self.length + T
-        if end > self.k.size(2):  # subtle: only a tree of drafts holds more tokens than positions: more room
-            more = torch.zeros_like(self.k[:, :, :end])  # (B, nh, end, hs)
-            self.k, self.v = torch.cat([self.k, more], 2), torch.cat([self.v, more], 2)
-        self.k[:, :, start:end] = k
-        self.v[:, :, start:end] = v
-        self.length = end
-        return self.k[:, :, :end], self.v[:, :, :end]
-
-    def compact(self, n, slots, move=True):
-        """Keep the first n cached tokens, then the tokens at `slots` (increasing, each >= n); forget the rest.
-        After a tree of drafts (verifiers/tree.py) this moves the accepted branch next to the prefix."""
-        if move:  # (see compact_moves)
-            self.k[:, :, n:n + len(slots)] = self.k[:, :, slots]  # advanced indexing copies first: overlap is safe
-            self.v[:, :, n:n + len(slots)] = self.v[:, :, slots]
-        self.length = n + len(slots)
-
-
-def compact_moves(n, slots, length):  # -> False if `slots` already follow the first n tokens: nothing to move
-    """The argument check of every cache's compact(n, slots), with `length` tokens cached."""
-    assert slots == sorted(set(slots)) and all(n <= a < length for a in slots), (
-        f"compact({n}, {slots}) needs increasing slots in [{n}, cache_len {length})")
-    return slots != list(range(n, n + len(slots)))
-
-
-class RowKVCache:
-    """Keys and values of one attention layer for B rows that hold different numbers of tokens (engine/batched.py).
-
-    Preallocated for `size` slots per row; the model keeps each row's length (GPT.row_lengths). A token's slot is
-    its position, so row b's new tokens go to slots row_lengths[b].. and rolling a row back moves its length only.
-    Slots beyond a row's length hold stale keys, which the attention mask hides until they are overwritten.
-    """
-
-    def __init__(self, B, n_head, size, head_size, device, dtype):
-        self.k = torch.zeros(B, n_head, size, head_size, device=device, dtype=dtype)  # (B, nh, S, hs)
-        self.v = torch.zeros_like(self.k)
-
-    def write(self, k, v, at, span):  # (B', nh, T, hs) x2 -> the first `span` slots of those rows, (B', nh, span, hs) x2
-        """at = (rows (B', 1), slots (B', T), all rows?): row rows[b]'s token i goes into slot slots[b, i]."""
-        rows, slots, every = at
-        self.k[rows, :, slots] = k.transpose(1, 2)  # (B', T, nh, hs)
-        self.v[rows, :, slots] = v.transpose(1, 2)
-        k, v = (self.k, self.v) if every else (self.k[rows[:, 0]], self.v[rows[:, 0]])  # (B', nh, S, hs)
-        return k[:, :, :span], v[:, :, :span]
-
-    def keep(self, index):  # (B',) rows to keep, in this order (engine/batched.py drops finished rows)
-        self.k, self.v = self.k[index], self.v[index]
-
-
 class CausalSelfAttention(nn.Module):
 
-    def __init__(self, config):
+    def __init__(self, config, layer=0):
         super().__init__()
         assert config.n_embd % config.n_head == 0, "n_embd must be divisible by n_head"
         self.c_attn = nn.Linear(config.n_embd, 3 * config.n_embd, bias=config.bias)  # q, k, v at once
@@ -131,9 +71,9 @@ class CausalSelfAttention(nn.Module):
         self.attn_dropout = config.dropout
         self.resid_dropout = nn.Dropout(config.dropout)
         self.n_head = config.n_head
-        self.cache = None  # a KVCache while decoding with use_cache=True
+        self.layer = layer  # which of a cache's layers holds this block's keys and values
 
-    def forward(self, x, use_cache=False, mask=None, at=None):  # at: where the tokens go in the per-row cache
+    def forward(self, x, cache=None, mask=None):  # (B, T, C) -> (B, T, C); mask: what cache.place returned
         B, T, C = x.size()
         nh, hs = self.n_head, C // self.n_head
         # q, k, v at once: (B, T, 3C) -> (B, T, 3, nh, hs) -> (3, B, nh, T, hs) -> three (B, nh, T, hs). One view
@@ -141,19 +81,11 @@ class CausalSelfAttention(nn.Module):
         # dominated by the fixed cost of each PyTorch operation, not by arithmetic.
         q, k, v = self.c_attn(x).view(B, T, 3, nh, hs).permute(2, 0, 3, 1, 4).unbind(0)
         dropout = self.attn_dropout if self.training else 0.0
-        if not use_cache:
+        if cache is None:  # a whole context from position 0: plain causal attention
             y = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout, is_causal=True)
-        elif at is not None:  # the per-row cache: row b's tokens at its own slots, mask (B, 1, T, S) made by GPT
-            k, v = self.cache.write(k, v, at, mask.size(-1))  # (B, nh, S, hs): stale slots masked
-            y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
-        else:
-            P = self.cache.length  # tokens already cached: the new queries sit at positions P..P+T-1
-            k, v = self.cache.append(k, v)  # (B, nh, P+T, hs)
-            # query i (absolute position P+i) may attend to keys 0..P+i; one query may attend to all of them.
-            # A tree of drafts brings its own mask: each draft sees the prefix and its own branch only
-            if mask is None and T > 1:
-                mask = torch.ones(T, P + T, dtype=torch.bool, device=x.device).tril(diagonal=P)
-            y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout)  # mask (T, P+T)
+        else:  # the new keys and values join the cached ones; the mask says which of them each query sees
+            k, v = cache.write(self.layer, k, v)  # (B, nh, S, hs): S cached and new slots
+            y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout)
         y = y.transpose(1, 2).contiguous().view(B, T, C)  # (B, T, C): re-assemble the heads
         return self.resid_dropout(self.c_proj(y))
 
@@ -173,15 +105,15 @@ class MLP(nn.Module):
 
 class Block(nn.Module):
 
-    def __init__(self, config):
+    def __init__(self, config, layer=0):
         super().__init__()
         self.ln_1 = nn.LayerNorm(config.n_embd, bias=config.bias)
-        self.attn = CausalSelfAttention(config)
+        self.attn = CausalSelfAttention(config, layer)
         self.ln_2 = nn.LayerNorm(config.n_embd, bias=config.bias)
         self.mlp = MLP(config)
 
-    def forward(self, x, use_cache=False, mask=None, at=None):
-        x = x + self.attn(self.ln_1(x), use_cache, mask, at)  # pre-LayerNorm residual blocks (GPT-2)
+    def forward(self, x, cache=None, mask=None):
+        x = x + self.attn(self.ln_1(x), cache, mask)  # pre-LayerNorm residual blocks (GPT-2)
         x = x + self.mlp(self.ln_2(x))
         return x
 
@@ -196,12 +128,11 @@ class GPT(nn.Module):
             wte=nn.Embedding(config.vocab_size, config.n_embd),  # token embeddings
             wpe=nn.Embedding(config.block_size, config.n_embd),  # learned absolute positions
             drop=nn.Dropout(config.dropout),
-            h=nn.ModuleList([Block(config) for _ in range(config.n_layer)]),
+            h=nn.ModuleList([Block(config, i) for i in range(config.n_layer)]),
             ln_f=nn.LayerNorm(config.n_embd, bias=config.bias),
         ))
         self.lm_head = nn.Linear(config.n_embd, config.vocab_size, bias=False)
-        self.caches = []  # one KVCache per layer while decoding (reset_cache), or one RowKVCache (reset_row_cache)
-        self.row_lengths = None  # (B,) tokens each row holds, with RowKVCaches
+        self.cache = None  # while decoding: a ChainCache (reset_cache) or a RowCache (reset_row_cache)
         self.features = None  # Features of the last forward
         self.transformer.wte.weight = self.lm_head.weight  # weight tying (Press & Wolf 2017), as GPT-2
         self.apply(self._init_weights)
@@ -221,126 +152,204 @@ class GPT(nn.Module):
         """Parameters, counting the tied embedding once and leaving out the position table (as nanoGPT)."""
         return sum(p.numel() for p in self.parameters()) - self.transformer.wpe.weight.numel()
 
-    # ---- the KV cache -------------------------------------------------------------------------------------
-
-    def reset_cache(self, batch_size=1):
-        """Allocate (or empty) the cache: block_size positions per layer, in the model's dtype and device."""
-        w = self.lm_head.weight
-        hs = self.config.n_embd // self.config.n_head
-        self.use_caches([KVCache(batch_size, self.config.n_head, self.config.block_size, hs, w.device, w.dtype)
-                         for _ in self.transformer.h])
-
-    def reset_row_cache(self, batch_size, room=0):
-        """Allocate an empty per-row cache for batch_size rows (engine/batched.py): block_size + room slots per row. The
-        room holds tokens fed past a row's window that the caller discards (a round's unused drafts)."""
-        w = self.lm_head.weight
-        hs = self.config.n_embd // self.config.n_head
-        size = self.config.block_size + room
-        self.use_caches([RowKVCache(batch_size, self.config.n_head, size, hs, w.device, w.dtype)
-                         for _ in self.transformer.h], torch.zeros(batch_size, dtype=torch.long, device=w.device))
-
-    def use_caches(self, caches, row_lengths=None):  # one cache per layer; row_lengths (B,) with RowKVCaches
-        self.caches, self.row_lengths = caches, row_lengths  # a plain list: cheaper to reach than through modules
-        for block, cache in zip(self.transformer.h, caches):
-            block.attn.cache = cache
-
-    def crop_rows(self, lengths):
-        """Set every row's length ((B,) ints): row b forgets its tokens from lengths[b] on. O(1) per row."""
-        self.row_lengths = torch.as_tensor(lengths, dtype=torch.long, device=self.row_lengths.device)
-
-    def keep_rows(self, index):
-        """Keep only the rows `index` ((B',) ints), in that order: the batch shrinks (rows that have finished)."""
-        index = torch.as_tensor(index, dtype=torch.long, device=self.row_lengths.device)
-        for cache in self.caches:
-            cache.keep(index)
-        self.row_lengths = self.row_lengths[index]
-
-    @property
-    def cache_len(self):
-        """How many tokens the cache holds (0 when no cache was allocated)."""
-        return self.caches[0].length if self.caches else 0
-
-    def crop(self, n):
-        """Roll the cache back to its first n tokens. O(1): the stale entries are overwritten later."""
-        assert 0 <= n <= self.cache_len, f"crop({n}) needs 0 <= n <= cache_len ({self.cache_len})"
-        for cache in self.caches:
-            cache.length = n
-
-    def compact(self, n, slots):
-        """Keep the first n cached tokens followed by the ones at `slots` (increasing, >= n); see KVCache.compact."""
-        move = compact_moves(n, slots, self.cache_len)
-        for cache in self.caches:
-            cache.compact(n, slots, move)
-
-    # ---- forward ------------------------------------------------------------------------------------------
-
     def forward(self, idx, targets=None, use_cache=False, pos=None, mask=None, rows=None, span=None):
         """idx (B, T) token ids -> (logits (B, T, V), loss or None).
 
         use_cache=False: idx is a whole context starting at position 0 (training, reference scoring).
-        use_cache=True: idx continues what the cache holds; its tokens sit at positions cache_len.. and are
-        appended to the cache. Call reset_cache() first.
-        pos (T,) and mask (T, cache_len + T), with use_cache: a tree of tokens instead of a chain (tree attention,
-        verifiers/tree.py): token i sits at position pos[i] and attends to the cached and new tokens where mask[i] is
-        True. Defaults: positions cache_len.., causal.
-        With a per-row cache (reset_row_cache), row b of idx continues row b of the cache (or row rows[b]: a subset
-        of the rows, (B,) ints), span: see row_forward.
+        use_cache=True: idx continues what the cache holds (reset_cache or reset_row_cache; the first cached forward
+        allocates a ChainCache if neither ran). The cache places the new tokens and keeps their keys and values:
+        pos (T,) and mask (T, cache_len + T) feed a tree of tokens (ChainCache.place), rows and span a subset of
+        the rows of a RowCache (RowCache.place).
         """
         B, T = idx.size()
-        if use_cache and self.row_lengths is not None:
-            assert pos is None and mask is None, "trees of tokens need the one-row cache (reset_cache)"
-            return self.row_forward(idx, rows, span), None
-        if use_cache and not self.caches:
-            self.reset_cache(B)
-        start = self.cache_len if use_cache else 0
-        if pos is None:
-            assert start + T <= self.config.block_size, (
-                f"cannot attend to {start + T} positions, block_size is only {self.config.block_size}")
-            pos_emb = self.transformer.wpe.weight[start:start + T]  # (T, C): positions start..start+T-1
+        if not use_cache:  # positions 0..T-1, causal attention
+            assert pos is None and mask is None, "a tree of tokens (pos, mask) needs use_cache=True"
+            assert T <= self.config.block_size, (
+                f"cannot attend to {T} positions, block_size is only {self.config.block_size}")
+            cache, pos = None, slice(0, T)
         else:
-            assert use_cache and mask is not None and mask.shape == (T, start + T), (
-                f"a tree needs use_cache=True, pos (T,) and mask (T, cache_len + T) = ({T}, {start + T})")
-            assert int(pos.max()) < self.config.block_size, (
-                f"position {int(pos.max())} is beyond block_size {self.config.block_size}")
-            pos_emb = self.transformer.wpe.weight[pos]  # (T, C)
-        x = self.transformer.drop(self.transformer.wte(idx) + pos_emb)  # (B, T, C)
+            if self.cache is None:
+                self.reset_cache(B)
+            cache = self.cache
+            pos, mask = cache.place(T, pos, mask, rows, span)  # where the new tokens sit, and what each sees
+        x = self.transformer.drop(self.transformer.wte(idx) + self.transformer.wpe.weight[pos])  # (B, T, C)
         for block in self.transformer.h:
-            x = block(x, use_cache, mask)
-        self.features = Features(start, idx, x)  # what a draft that reads the target takes (drafts/heads.py)
+            x = block(x, cache, mask)
+        self.features = Features(0 if cache is None else cache.start, idx, x)  # what drafts/heads.py reads
         logits = self.lm_head(self.transformer.ln_f(x))  # (B, T, V)
         loss = None
         if targets is not None:
             loss = F.cross_entropy(logits.view(-1, logits.size(-1)).float(), targets.view(-1), ignore_index=-1)
         return logits, loss
 
+    # ---- the cache: which kind, and its rollback ------------------------------------------------------------
 
-    def row_forward(self, idx, rows=None, span=None):  # (B', T) -> logits (B', T, V)
-        """Append T tokens to each row of the per-row cache (or to rows `rows`) and return their logits.
+    def reset_cache(self, batch_size=1):
+        """Allocate an empty ChainCache: block_size positions per layer, in the model's dtype and device."""
+        c, w = self.config, self.lm_head.weight
+        self.cache = ChainCache(c.n_layer, batch_size, c.n_head, c.block_size, c.n_embd // c.n_head, w.device, w.dtype)
 
-        Row b's tokens go to slots L..L+T-1, L = row_lengths[b], which are also their positions; token i sees the
-        slots <= L+i. Every shape depends only on B', T and the cache size, never on a row's length: no slicing
-        by a Python int, no host read. Positions past block_size (tokens the caller will discard) are clamped.
+    def reset_row_cache(self, batch_size, room=0):
+        """Allocate an empty RowCache for batch_size rows (engine/batched.py), block_size + room slots per row."""
+        c, w = self.config, self.lm_head.weight
+        self.cache = RowCache(c.n_layer, batch_size, c.n_head, c.block_size, c.n_embd // c.n_head, w.device, w.dtype,
+                              room)
+
+    @property
+    def cache_len(self):
+        """How many tokens the ChainCache holds (0 when no cache was allocated)."""
+        return 0 if self.cache is None else self.cache.length
+
+    @property
+    def row_lengths(self):  # (B,) tokens each row holds, with a RowCache; None otherwise
+        return getattr(self.cache, "lengths", None)
+
+    def crop(self, n):
+        """Roll the cache back to its first n tokens. O(1): the stale entries are overwritten later."""
+        assert 0 <= n <= self.cache_len, f"crop({n}) needs 0 <= n <= cache_len ({self.cache_len})"
+        if self.cache is not None:
+            self.cache.crop(n)
+
+    def compact(self, n, slots):
+        """Keep the first n cached tokens followed by the ones at `slots` (increasing, >= n): ChainCache.compact."""
+        self.cache.compact(n, slots)
+
+    def crop_rows(self, lengths):
+        """Set every row's length ((B,) ints): row b forgets its tokens from lengths[b] on. O(1) per row."""
+        self.cache.crop_rows(lengths)
+
+    def keep_rows(self, index):
+        """Keep only the rows `index` ((B',) ints), in that order: the batch shrinks (rows that have finished)."""
+        self.cache.keep_rows(index)
+
+    def row_forward(self, idx, rows=None, span=None):  # (B', T) -> logits (B', T, V), with a RowCache
+        return self(idx, use_cache=True, rows=rows, span=span)[0]
+
+
+# ---- the KV caches: one interface, one class per kind ---------------------------------------------------------
+#
+# While decoding, GPT.forward(idx, use_cache=True) asks its cache three things, whatever its kind:
+#   pos, mask = cache.place(T, pos, mask, rows, span)  where T new tokens sit (the rows of wpe to read) and what
+#                                                      each sees (the attention mask; None: everything)
+#   k, v = cache.write(layer, k, v)                    (in each layer) store the new keys and values, and return
+#                                                      every key and value the new tokens may see
+#   cache.start                                        position of the first new token (Features.at), or None
+# and the rollback is the cache's own: crop / compact for a ChainCache, crop_rows / keep_rows for a RowCache.
+# A new kind of cache is a new class with place and write, not a new branch inside forward().
+
+
+def compact_moves(n, slots, length):  # -> False if `slots` already follow the first n tokens: nothing to move
+    """The argument check of every cache's compact(n, slots), with `length` tokens cached."""
+    assert slots == sorted(set(slots)) and all(n <= a < length for a in slots), (
+        f"compact({n}, {slots}) needs increasing slots in [{n}, cache_len {length})")
+    return slots != list(range(n, n + len(slots)))
+
+
+class ChainCache:
+    """Keys and values of every layer for one sequence (or B of the same length), preallocated for `window`
+    positions: slot i holds the token at position i. Only the first `length` slots are valid; crop(n) just sets
+    length = n, so a rollback copies nothing.
+
+    It also takes a tree of tokens (verifiers/tree.py): place(T, pos, mask) puts token i at position pos[i] (in the
+    next free slot), seeing the cached and new tokens where mask[i] is True; compact(n, slots) then keeps the
+    accepted branch, moved next to the prefix, where each slot is again its position.
+    """
+
+    def __init__(self, n_layer, B, n_head, window, head_size, device, dtype):
+        self.k = [torch.zeros(B, n_head, window, head_size, device=device, dtype=dtype) for _ in range(n_layer)]
+        self.v = [torch.zeros_like(k) for k in self.k]  # (B, nh, W, hs) per layer
+        self.window = window  # positions the model knows (block_size)
+        self.start = self.length = 0  # the tokens fed last sit at slots start..length-1
+
+    def place(self, T, pos=None, mask=None, rows=None, span=None):  # -> positions (slice or (T,)), mask (T, length)
+        assert rows is None and span is None, "rows and span are for the per-row cache (reset_row_cache)"
+        start, end = self.length, self.length + T
+        if pos is None:  # a chain: positions start..end-1; query i (position start+i) sees keys 0..start+i
+            assert end <= self.window, f"cannot attend to {end} positions, block_size is only {self.window}"
+            pos = slice(start, end)
+            if T > 1:  # (one query sees every key: no mask)
+                mask = torch.ones(T, end, dtype=torch.bool, device=self.k[0].device).tril(diagonal=start)
+        else:  # a tree brings its own mask: each token sees the prefix and its own branch only
+            assert mask is not None and mask.shape == (T, end), (
+                f"a tree needs use_cache=True, pos (T,) and mask (T, cache_len + T) = ({T}, {end})")
+            assert int(pos.max()) < self.window, f"position {int(pos.max())} is beyond block_size {self.window}"
+            if end > self.k[0].size(2):  # subtle: only a tree holds more tokens than positions: more room
+                self.k = [torch.cat([k, torch.zeros_like(k[:, :, :end])], 2) for k in self.k]
+                self.v = [torch.cat([v, torch.zeros_like(v[:, :, :end])], 2) for v in self.v]
+        self.start, self.length = start, end
+        return pos, mask
+
+    def write(self, layer, k, v):  # (B, nh, T, hs) x2 -> the layer's valid keys and values, (B, nh, length, hs) x2
+        self.k[layer][:, :, self.start:self.length] = k
+        self.v[layer][:, :, self.start:self.length] = v
+        return self.k[layer][:, :, :self.length], self.v[layer][:, :, :self.length]
+
+    def crop(self, n):  # forget the tokens from slot n on; later writes overwrite them
+        self.length = n
+
+    def compact(self, n, slots):
+        """Keep the first n cached tokens, then the tokens at `slots` (increasing, each >= n); forget the rest.
+        After a tree of drafts (verifiers/tree.py) this moves the accepted branch next to the prefix."""
+        if compact_moves(n, slots, self.length):
+            for k, v in zip(self.k, self.v):
+                k[:, :, n:n + len(slots)] = k[:, :, slots]  # advanced indexing copies first: overlap is safe
+                v[:, :, n:n + len(slots)] = v[:, :, slots]
+        self.length = n + len(slots)
+
+
+class RowCache:
+    """Keys and values of every layer for B rows that hold different numbers of tokens (engine/batched.py).
+
+    Preallocated for window + room slots per row; row b holds lengths[b] tokens. A token's slot is its position, so
+    row b's new tokens go to slots lengths[b].. and rolling a row back moves its length only. Slots beyond a row's
+    length hold stale keys, which the attention mask hides until they are overwritten. No shape depends on how many
+    tokens a row holds (attention runs over the whole cache behind a mask, positions are tensors, no host read), so
+    one width always runs the same kernels. The room holds tokens fed past a row's window that the caller discards
+    (a round's unused drafts). Trees of tokens are left out: each row is a chain.
+    """
+
+    def __init__(self, n_layer, B, n_head, window, head_size, device, dtype, room=0):
+        self.k = [torch.zeros(B, n_head, window + room, head_size, device=device, dtype=dtype) for _ in range(n_layer)]
+        self.v = [torch.zeros_like(k) for k in self.k]  # (B, nh, S, hs) per layer
+        self.window = window  # positions the model knows (block_size)
+        self.lengths = torch.zeros(B, dtype=torch.long, device=device)  # (B,) tokens each row holds
+        self.start = None  # (Features.at) each row's new tokens sit at positions of their own
+
+    def place(self, T, pos=None, mask=None, rows=None, span=None):  # -> positions (B', T), mask (B', 1, T, S)
+        """Row b gets T new tokens (or row rows[b]: rows (B',) is a subset of the rows) at slots L..L+T-1,
+        L = lengths[b], which are also their positions; token i sees the slots <= L+i.
         span (optional): attend over the first span slots only, a bound the caller knows (max length + T): fewer
-        keys, cheaper on a CPU, but then the shapes change with it.
-        """
-        B, T = idx.size()
-        lengths = self.row_lengths if rows is None else self.row_lengths[rows]  # (B',)
-        slots = lengths[:, None] + torch.arange(T, device=idx.device)  # (B', T)
-        size = span or self.caches[0].k.size(2)
-        hidden = torch.arange(size, device=idx.device) > slots[..., None]  # (B', T, S): keys after a token's own slot
-        mask = torch.zeros(hidden.shape, device=idx.device, dtype=self.lm_head.weight.dtype).masked_fill(
+        keys, cheaper on a CPU, but then the shapes change with it."""
+        assert pos is None and mask is None, "trees of tokens need the one-row cache (reset_cache)"
+        lengths = self.lengths if rows is None else self.lengths[rows]  # (B',)
+        device = lengths.device
+        slots = lengths[:, None] + torch.arange(T, device=device)  # (B', T)
+        S = span or self.k[0].size(2)
+        hidden = torch.arange(S, device=device) > slots[..., None]  # (B', T, S): the keys after a token's own slot
+        mask = torch.zeros(hidden.shape, device=device, dtype=self.k[0].dtype).masked_fill(
             hidden, float("-inf"))[:, None]  # (B', 1, T, S): added to the attention scores
-        pos = slots.clamp(max=self.config.block_size - 1)  # subtle: only discarded tokens sit past the window
-        x = self.transformer.drop(self.transformer.wte(idx) + self.transformer.wpe(pos))  # (B', T, C)
-        at = (torch.arange(B, device=idx.device) if rows is None else rows)[:, None], slots, rows is None
-        for block in self.transformer.h:
-            x = block(x, True, mask, at)
-        self.features = Features(None, idx, x)  # rows sit at positions of their own (slots)
-        if rows is None:
-            self.row_lengths = lengths + T
+        every = rows is None  # all rows, in order: no gathering of rows
+        self.new = (torch.arange(len(lengths), device=device) if every else rows)[:, None], slots, every, S
+        if every:
+            self.lengths = lengths + T
         else:
-            self.row_lengths = self.row_lengths.index_add(0, rows, torch.full_like(rows, T))
-        return self.lm_head(self.transformer.ln_f(x))  # (B', T, V)
+            self.lengths = self.lengths.index_add(0, rows, torch.full_like(rows, T))
+        return slots.clamp(max=self.window - 1), mask  # subtle: only discarded tokens sit past the window
+
+    def write(self, layer, k, v):  # (B', nh, T, hs) x2 -> the first S slots of those rows, (B', nh, S, hs) x2
+        rows, slots, every, S = self.new  # row rows[b]'s token i goes into slot slots[b, i]
+        self.k[layer][rows, :, slots] = k.transpose(1, 2)  # (B', T, nh, hs)
+        self.v[layer][rows, :, slots] = v.transpose(1, 2)
+        k, v = (self.k[layer], self.v[layer]) if every else (self.k[layer][rows[:, 0]], self.v[layer][rows[:, 0]])
+        return k[:, :, :S], v[:, :, :S]  # stale slots: masked
+
+    def crop_rows(self, lengths):  # (B,) ints: row b forgets its tokens from lengths[b] on. O(1) per row
+        self.lengths = torch.as_tensor(lengths, dtype=torch.long, device=self.lengths.device)
+
+    def keep_rows(self, index):  # (B',) rows to keep, in this order (engine/batched.py drops finished rows)
+        index = torch.as_tensor(index, dtype=torch.long, device=self.lengths.device)
+        self.k, self.v = [k[index] for k in self.k], [v[index] for v in self.v]
+        self.lengths = self.lengths[index]
 
 
 # ---- checkpoints: plain data only ---------------------------------------------------------------------------
@@ -364,13 +373,27 @@ def save_checkpoint(path, model, meta=None, dtype=None):
     os.replace(tmp, path)  # atomic on POSIX and Windows
 
 
+def read_plain(path, writer, retrain):  # -> torch.load(path) of plain data, or one clear ValueError
+    """torch.load(path, weights_only=True) for the checkpoints written by `writer`. A file torch cannot read (cut
+    short while copying, or not a checkpoint at all: a text file, another format) gets one error naming it and
+    saying what to do, instead of torch's traceback, whose advice (weights_only=False) would run what it holds."""
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except PermissionError:  # (its own message is clear)
+        raise
+    except (OSError, RuntimeError, EOFError, ValueError, pickle.UnpicklingError):  # what torch.load raises for them
+        raise ValueError(f"cannot read {path!r}: it is truncated, or not a checkpoint written by {writer}. Copy it "
+                         f"again (the shipped ones: git checkout -- checkpoints/), or {retrain}") from None
+
+
 def load_checkpoint(path, device="cpu"):
-    """-> (model in eval mode, float32 on `device`, meta dict). Raises a clear error for a missing file, and for
-    weights that hold NaN or inf (they would only surface later, as NaN logits while sampling)."""
+    """-> (model in eval mode, float32 on `device`, meta dict). Raises a clear error for a missing file, one that
+    is truncated or not a checkpoint, and weights that hold NaN or inf (they would only surface later, as NaN
+    logits while sampling)."""
     if not os.path.exists(path):
         raise FileNotFoundError(f"no checkpoint at {path!r}: train one with train_draft.py "
                                 "(see README, 'Train your own') or pass the right path")
-    ckpt = torch.load(path, map_location="cpu", weights_only=True)
+    ckpt = read_plain(path, "model.save_checkpoint", "retrain it with train_draft.py")
     if not isinstance(ckpt, dict) or "model_args" not in ckpt or "state_dict" not in ckpt:
         raise ValueError(f"{path!r} is not a checkpoint written by model.save_checkpoint")
     for name, w in ckpt["state_dict"].items():

@@ -243,6 +243,8 @@ def load(path, device, role):
     except FileNotFoundError as e:
         raise SystemExit(f"{role}: {e}. The shipped pair lives in checkpoints/ (git clone brings it); "
                          f"{TRAIN_THEN_SAMPLE}") from e
+    except ValueError as e:  # truncated, not a checkpoint, or weights that diverged: the message names the file
+        raise SystemExit(f"{role}: {e}") from e
     if "tokenizer" not in meta:
         raise SystemExit(f"{path} stores no tokenizer description; retrain it with train_draft.py")
     return model, meta

@@ -24,7 +24,7 @@ from torch.nn import functional as F
 
 from drafts import heads
 from drafts.heads import ReadsTarget
-from model import Block, GPTConfig, KVCache
+from model import Block, ChainCache, GPTConfig
 
 
 class EagleDraft(ReadsTarget):
@@ -37,8 +37,8 @@ class EagleDraft(ReadsTarget):
         c = target.config
         self.n_layer = n_layer
         self.fuse = nn.Linear(2 * c.n_embd, c.n_embd, bias=c.bias)  # [f_{j-1}, e(x_j)] (2C) -> C, EAGLE's fc
-        self.h = nn.ModuleList(Block(GPTConfig(**{**asdict(c), "n_layer": n_layer, "dropout": 0.0}))
-                               for _ in range(n_layer))
+        self.h = nn.ModuleList(Block(GPTConfig(**{**asdict(c), "n_layer": n_layer, "dropout": 0.0}), i)
+                               for i in range(n_layer))
         for name, p in self.named_parameters():  # GPT-2's initialisation; LayerNorm weights stay 1
             if name.endswith("bias"):
                 nn.init.zeros_(p)
@@ -47,14 +47,17 @@ class EagleDraft(ReadsTarget):
         self.to(target.lm_head.weight.device, target.lm_head.weight.dtype)
         self.exact = 0  # the leading positions computed from the target's features only (not from predictions)
         self.last = None  # (position, predicted feature (C,)) of the last position computed
+        self.cache = None  # the blocks' KV cache (model.ChainCache), made at the first forward
 
-    def predict(self, f_prev, idx, start=0, use_cache=False):  # (B, T, C), (B, T) -> predicted features (B, T, C)
-        """f_prev[:, i] = f_{start+i-1} (zeros at position 0), idx[:, i] = x_{start+i} -> f_{start+i} predicted."""
+    def predict(self, f_prev, idx, cache=None):  # (B, T, C), (B, T) -> predicted features (B, T, C)
+        """f_prev[:, i] = f_{start+i-1} (zeros at position 0), idx[:, i] = x_{start+i} -> f_{start+i} predicted;
+        start is 0, or with a cache the positions it holds."""
         tr = self.target.transformer
         T = idx.size(1)
-        x = self.fuse(torch.cat([f_prev, tr.wte(idx)], -1)) + tr.wpe.weight[start:start + T]  # (B, T, C)
+        pos, mask = (slice(0, T), None) if cache is None else cache.place(T)  # positions start.., causal
+        x = self.fuse(torch.cat([f_prev, tr.wte(idx)], -1)) + tr.wpe.weight[pos]  # (B, T, C)
         for block in self.h:
-            x = block(x, use_cache)
+            x = block(x, cache, mask)
         return x
 
     def teacher_forced(self, idx, features, steps=1):  # (B, T), (B, T, C) -> [predicted features (B, T, C)] * steps
@@ -89,12 +92,12 @@ class EagleDraft(ReadsTarget):
             f_prev = self.known[max(start - 1, 0):end - 1][None]  # (1, T', C): f_{start-1} .. f_{end-2}
             if start == 0:  # position 0 has no earlier feature
                 f_prev = torch.cat([f_prev.new_zeros(1, 1, f_prev.size(-1)), f_prev], 1)
-        for block in self.h:  # the KV cache keeps only positions computed before `start`
-            if block.attn.cache is None:
-                block.attn.cache = KVCache(1, block.attn.n_head, self.config.block_size,
-                                           self.config.n_embd // block.attn.n_head, idx.device, self.dtype)
-            block.attn.cache.length = min(block.attn.cache.length, start)
-        out = self.predict(f_prev, torch.tensor([self.ids[start:end]], device=idx.device), start, use_cache=True)
+        if self.cache is None:
+            nh = self.h[0].attn.n_head
+            self.cache = ChainCache(self.n_layer, 1, nh, self.config.block_size, self.config.n_embd // nh, idx.device,
+                                    self.dtype)
+        self.cache.crop(min(self.cache.length, start))  # the KV cache keeps only positions computed before `start`
+        out = self.predict(f_prev, torch.tensor([self.ids[start:end]], device=idx.device), self.cache)
         self.exact = min(end, n + 1)
         self.last = (end - 1, out[0, -1])
         return self.target_head(out[:, -T:]), None

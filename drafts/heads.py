@@ -31,7 +31,7 @@ import torch.nn as nn
 from torch.nn import functional as F
 
 import speculative
-from model import GPT, GPTConfig
+from model import GPT, GPTConfig, read_plain
 from speculative import Drafter
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the repository: checkpoints/ lies there
@@ -185,7 +185,7 @@ def load(path, target):
     if not os.path.exists(path):
         raise FileNotFoundError(f"no head checkpoint at {path!r}: train one with train_draft.py --head eagle "
                                 "(or medusa) --target TARGET.pt")
-    ckpt = torch.load(path, map_location="cpu", weights_only=True)
+    ckpt = read_plain(path, "heads.save", "retrain it with train_draft.py --head eagle (or medusa) --target TARGET.pt")
     if not isinstance(ckpt, dict) or ckpt.get("kind") not in KINDS:
         raise ValueError(f"{path!r} is not a head checkpoint written by heads.save (a model checkpoint? pass it "
                          "as --draft PATH, not as a head)")

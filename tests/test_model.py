@@ -1,8 +1,11 @@
-"""model.py: the KV cache gives the same logits as a full forward, crops in O(1), and checkpoints round-trip."""
+"""model.py: the KV cache gives the same logits as a full forward, crops in O(1), checkpoints round-trip, and a file
+torch cannot read (truncated, or no checkpoint) is one clear error."""
 
 import pytest
 import torch
 
+from drafts import heads
+from drafts.eagle import EagleDraft
 from model import GPT, GPTConfig, load_checkpoint, save_checkpoint
 from tests.conftest import check_cache_against_full_forwards, check_tree_against_full_forwards, random_gpt
 
@@ -33,10 +36,10 @@ def test_tree_arguments_are_checked():
 def test_crop_moves_a_counter_and_copies_nothing():
     model = random_gpt(0)
     model(torch.tensor([[1, 2, 3, 4]]), use_cache=True)
-    cache = model.transformer.h[0].attn.cache
-    ptr = cache.k.data_ptr()
+    cache = model.cache
+    ptr = cache.k[0].data_ptr()
     model.crop(1)
-    assert model.cache_len == 1 and cache.k.data_ptr() == ptr
+    assert model.cache_len == 1 and model.cache is cache and cache.k[0].data_ptr() == ptr
 
 
 def test_cache_overflow_and_bad_crop_say_what_to_do():
@@ -82,3 +85,27 @@ def test_checkpoint_with_nan_or_inf_weights_is_refused_naming_the_tensor(tmp_pat
     save_checkpoint(path, model, dtype=dtype)
     with pytest.raises(ValueError, match=r"'transformer.h.1.mlp.c_proj.weight' holds .* earlier checkpoint"):
         load_checkpoint(str(path))
+
+
+@pytest.mark.parametrize("cut", [0, 10, 1000, -100])  # bytes kept (negative: all but the last 100)
+@pytest.mark.parametrize("kind", ["model", "head"])  # model.save_checkpoint's and drafts/heads.py's save
+def test_a_truncated_checkpoint_is_one_clear_error(tmp_path, kind, cut):
+    target, path = random_gpt(3), tmp_path / f"{kind}.pt"
+    if kind == "model":
+        save_checkpoint(path, target)
+        load, writer = load_checkpoint, "model.save_checkpoint"
+    else:
+        heads.save(path, EagleDraft(target))
+        load, writer = (lambda p: heads.load(p, target)), "heads.save"
+    path.write_bytes(path.read_bytes()[:cut])  # a copy cut short
+    with pytest.raises(ValueError, match=f"truncated, or not a checkpoint written by {writer}") as err:
+        load(str(path))
+    assert str(path) in str(err.value) and "git checkout" in str(err.value) and "weights_only" not in str(err.value)
+
+
+def test_a_text_file_is_not_a_checkpoint_and_gets_no_weights_only_advice(tmp_path):
+    path = tmp_path / "README.md"
+    path.write_text("# not a checkpoint\n")
+    with pytest.raises(ValueError, match="not a checkpoint") as err:
+        load_checkpoint(str(path))
+    assert str(path) in str(err.value) and "weights_only" not in str(err.value)

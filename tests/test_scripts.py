@@ -9,7 +9,7 @@ import torch
 
 import sample
 import train_draft
-from model import load_checkpoint
+from model import SHIPPED, load_checkpoint
 
 TINY = ["--n_layer", "1", "--n_head", "1", "--n_embd", "16", "--block_size", "16", "--batch_size", "4",
         "--eval_iters", "2", "--eval_interval", "5"]
@@ -188,6 +188,21 @@ def test_sample_errors_are_clear(pair, argv, message):
     base = ["--target", str(tmp / "target.pt"), "--draft", str(tmp / "draft.pt")]
     with pytest.raises(SystemExit, match=message):
         sample.main(base + argv)
+
+
+@pytest.mark.parametrize("role", ["target", "draft"])
+@pytest.mark.parametrize("kind", ["truncated", "text"])
+def test_an_unreadable_checkpoint_is_one_line_naming_the_file_and_its_role(tmp_path, role, kind):
+    path = tmp_path / ("cut.pt" if kind == "truncated" else "README.md")
+    if kind == "truncated":
+        path.write_bytes(open(SHIPPED[role], "rb").read()[:1000])  # a copy cut short
+    else:
+        path.write_text("# not a checkpoint\n")
+    with pytest.raises(SystemExit) as exit:
+        sample.main([f"--{role}", str(path), "--max_new_tokens", "5"])
+    message = str(exit.value.code)
+    assert message.startswith(f"{role}: cannot read {str(path)!r}: it is truncated, or not a checkpoint")
+    assert "\n" not in message and "weights_only" not in message
 
 
 def test_bench_prints_a_row_per_setting_and_k(pair, capsys, tmp_path):
