@@ -9,6 +9,8 @@ Sample text with speculative sampling from a target/draft pair (default: the shi
     python sample.py --verify block                    # another verifier (verifiers/; lenient, typical: LOSSY)
     python sample.py --start FILE:prompt.txt --top_p 0.95
     python sample.py --batch 8                         # 8 samples generated together (engine/batched.py)
+    python sample.py --show rounds --k 4               # each token coloured by where it came from (show.py)
+    python sample.py --trace rounds.html               # a page that steps through the run's rounds (show.py)
     python sample.py --plugin my_verifier.py --verify mine   # a verifier or draft of your own (README: fork)
     python sample.py --init_from gpt2-xl --draft gpt2 --device cuda --start "Hello"   # pretrained GPT-2 pair
 
@@ -17,8 +19,10 @@ through the tokens both vocabularies share (drafts/cross_vocab.py), still exactl
 """
 
 import argparse
+import contextlib
 import importlib.util
 import os
+import statistics
 import sys
 import time
 
@@ -34,6 +38,7 @@ from engine.cpu import add_threads_argument, use_threads
 from engine.fast import DECODERS, with_decoder
 from engine.hf import GPT2_NAMES  # pretrained GPT-2 through transformers (optional; imported only when used)
 from model import SHIPPED, load_checkpoint
+from show import Recorder, legend, measured_point, page_data, round_text, sample_text, use_colour, write_page
 from speculative import (DRAFTS, ROUNDS, SamplingError, Stats, autoregressive_generate, round_for,
                          speculative_generate)
 
@@ -82,6 +87,15 @@ def get_args(argv=None):
                     help="generate --batch samples together, as one batch (engine/batched.py; model.py's per-row cache, so "
                          "--decoder is not used; token-wise verification only)")
     ap.add_argument("--seed", type=int, default=1337, help="seeds the sampling (reproducible with an int --k)")
+    ap.add_argument("--show", choices=["rounds"], default=None,
+                    help="rounds: colour each token by where it came from: a kept draft (green), a rejected draft "
+                         "(red, struck through), the correction from the residual (blue), the bonus token (magenta)")
+    ap.add_argument("--color", choices=["auto", "always", "never"], default="auto",
+                    help="with --show rounds: auto colours a terminal unless NO_COLOR is set (FORCE_COLOR=1 forces "
+                         "it); never marks the same in plain characters")
+    ap.add_argument("--trace", default=None, metavar="FILE.html",
+                    help="write one self-contained page of the run's rounds: drafts, p and q, the coins, and "
+                         "Theorem 3.8 with this run's alpha, c and v (open it in any browser, offline)")
     ap.add_argument("--device", default="cpu", help="cpu, cuda, cuda:1, mps")
     add_threads_argument(ap)
     args = ap.parse_args(argv)
@@ -101,10 +115,26 @@ def get_args(argv=None):
         ap.error("--top_p must be in (0, 1]")
     if args.draft in DRAFTS:
         check_draft_arguments(ap, args, [args.draft])
+    if args.trace is not None:
+        check_trace_path(ap, args)
     args.target = args.target or SHIPPED["target"]
     if args.draft is None:
         args.draft = "gpt2" if args.init_from else SHIPPED["draft"]
     return args
+
+
+def check_trace_path(ap, args):  # --trace FILE.html: refused before sampling, not after it
+    if args.draft == "none":
+        ap.error("--trace steps through speculative rounds, and plain sampling (--draft none) has none: drop one")
+    if args.batch:
+        ap.error("--trace records the rounds of one sequence at a time: drop --batch (--show rounds colours batches)")
+    folder = os.path.dirname(os.path.abspath(args.trace))
+    if os.path.isdir(args.trace):
+        ap.error(f"--trace {args.trace} is a directory: give a file name, e.g. --trace {os.path.join(args.trace, 'rounds.html')}")
+    if not os.path.isdir(folder):
+        ap.error(f"--trace {args.trace}: the folder {folder} does not exist (create it, or write the page elsewhere)")
+    if not os.access(folder, os.W_OK) or (os.path.exists(args.trace) and not os.access(args.trace, os.W_OK)):
+        ap.error(f"--trace {args.trace}: cannot write there (permissions); write the page elsewhere")
 
 
 # ---- the registries as flags: every verifier in speculative.ROUNDS, every named draft in speculative.DRAFTS ---------
@@ -286,34 +316,69 @@ def main(argv=None):
     k = AutoK() if args.k == "auto" else args.k  # one AutoK for all samples: what it measured carries over
     totals = dict(tokens=0, seconds=0.0, target_calls=0, drafted=0, accepted=0)
     ks, outputs = [], []  # K of every round; every sample's tokens
-    for i in range(args.num_samples):
-        new, stats, tic = [], Stats(), time.perf_counter()
-        outputs.append(new)
+    rounds_shown = args.show == "rounds" and draft is not None
+    colour = use_colour(args.color, sys.stdout)
+    if args.show == "rounds":
+        print(legend(colour) if rounds_shown else "--show rounds: plain sampling (--draft none) has no rounds, so "
+              "the text is printed as usual")
+    recorder = Recorder(detail=args.trace is not None) if rounds_shown or args.trace else None
+    all_stats = []  # every sample's Stats, for the page
+    try:
+        with recorder or contextlib.nullcontext():
+            for i in range(args.num_samples):
+                new, stats, tic = [], Stats(), time.perf_counter()
+                outputs.append(new)
+                all_stats.append(stats)
 
-        def stream(ids):  # print text as it is produced (decode the whole tail: BPE pieces can merge)
-            before = tok.decode(new)
-            new.extend(ids)
-            print(tok.decode(new)[len(before):], end="", flush=True)
+                def stream(ids):  # print text as it is produced (decode the whole tail: BPE pieces can merge)
+                    if rounds_shown:  # the round just done: its drafts, how many it kept
+                        r = recorder.rounds[-1]
+                        text = round_text(tok.decode, prompt + new, ids, r.K, r.kept, r.drafts, colour)
+                    else:
+                        text = tok.decode(new + ids)[len(tok.decode(new)):]
+                    new.extend(ids)
+                    print(text, end="", flush=True)
 
-        print(f"---------- sample {i + 1}/{args.num_samples}\n{tok.decode(prompt)}", end="", flush=True)
-        try:
-            if draft is None:
-                _, stats = autoregressive_generate(target, idx, args.max_new_tokens, stream=stream, **sampling)
-            else:  # stats fills round by round, so Ctrl-C keeps the rounds so far
-                speculative_generate(target, draft, idx, args.max_new_tokens, k=k, stream=stream, stats=stats,
-                                     **sampling, **verify_params(args, args.verify))
-        except SamplingError as e:  # the text so far is already printed; say what went wrong, no traceback
-            raise SystemExit(f"\nstopped after {len(e.tokens) - len(prompt)} new tokens: {e}") from e
-        except KeyboardInterrupt:  # Ctrl-C: the text so far is printed; count what this sample did, then stop
-            stats.new_tokens, stats.total_time = len(new), time.perf_counter() - tic
-            print(f"\n(interrupted: Ctrl-C after {len(new)} new tokens of sample {i + 1}; the statistics so far)")
-            add_up(totals, ks, stats, calls=len(stats.rounds) if draft is not None else len(new))  # a call a round
-            summary(args, draft, totals, ks)
-            raise SystemExit(130)
-        print()
-        add_up(totals, ks, stats, stats.target_calls)
+                print(f"---------- sample {i + 1}/{args.num_samples}\n{tok.decode(prompt)}", end="", flush=True)
+                try:
+                    if draft is None:
+                        _, stats = autoregressive_generate(target, idx, args.max_new_tokens, stream=stream, **sampling)
+                        all_stats[-1] = stats
+                    else:  # stats fills round by round, so Ctrl-C keeps the rounds so far
+                        speculative_generate(target, draft, idx, args.max_new_tokens, k=k, stream=stream, stats=stats,
+                                             **sampling, **verify_params(args, args.verify))
+                except SamplingError as e:  # the text so far is already printed; say what went wrong, no traceback
+                    raise SystemExit(f"\nstopped after {len(e.tokens) - len(prompt)} new tokens: {e}") from e
+                except KeyboardInterrupt:  # Ctrl-C: the text so far is printed; count what this sample did, then stop
+                    stats.new_tokens, stats.total_time = len(new), time.perf_counter() - tic
+                    print(f"\n(interrupted: Ctrl-C after {len(new)} new tokens of sample {i + 1}; the statistics so far)")
+                    add_up(totals, ks, stats, calls=len(stats.rounds) if draft is not None else len(new))  # a call a round
+                    summary(args, draft, totals, ks)
+                    raise SystemExit(130)
+                print()
+                add_up(totals, ks, stats, stats.target_calls)
+    finally:  # Ctrl-C or an error included: the page keeps the rounds so far
+        if args.trace and recorder is not None:
+            write_trace(args, tok, target, idx, prompt, outputs, recorder, all_stats)
     summary(args, draft, totals, ks)
     report_shared_mass(args, target, draft, prompt, outputs)
+
+
+def write_trace(args, tok, target, idx, prompt, outputs, recorder, all_stats):
+    """--trace FILE.html: the run's rounds as one page. c and v need the cost of one one-token target forward: the
+    median of 16 plain steps timed here, after the run."""
+    _, plain = autoregressive_generate(target, idx, 16, temperature=args.temperature, top_k=args.top_k,
+                                       top_p=args.top_p, generator=torch.Generator(device=args.device).manual_seed(0))
+    step = statistics.median(plain.target_times[1:])  # [0]: the prompt
+    samples, first = [], 0
+    for new, stats in zip(outputs, all_stats):  # each sample's rounds, in order
+        samples.append((prompt, new, recorder.rounds[first:first + len(stats.rounds)]))
+        first += len(stats.rounds)
+    setting = dict(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, k=args.k, draft=shown(args.draft))
+    data = page_data(tok.decode, samples, args.verify, setting, measured_point([s for s in all_stats if s.rounds], step))
+    write_page(args.trace, data)
+    more = f" of {data['total']} (the page keeps {data['limit']})" if data["total"] > len(data["rounds"]) else ""
+    print(f"wrote {args.trace}: {len(data['rounds'])} rounds{more}; open it in a browser")
 
 
 def report_shared_mass(args, target, draft, prompt, outputs):  # for a draft with another tokenizer
@@ -413,8 +478,19 @@ def sample_batch(args, target, draft, tok, prompt, stop=None):
         print(f"\n(interrupted: Ctrl-C after {stats.new_tokens} new tokens in all; the statistics so far)")
         batch_summary(args, draft, stats, calls=stats.host_reads)  # a host read per round or step
         raise SystemExit(130)
+    rounds_shown = args.show == "rounds" and draft is not None
+    colour = use_colour(args.color, sys.stdout)
+    if args.show == "rounds":
+        print(legend(colour) if rounds_shown else "--show rounds: plain sampling (--draft none) has no rounds, so "
+              "the text is printed as usual")
     for i, row in enumerate(new):
-        print(f"---------- sample {i + 1}/{args.batch}\n{tok.decode(prompt + row)}")
+        if rounds_shown:  # row i's rounds, in order, with what each drafted
+            mine = [(r[1:], d) for r, d in zip(stats.rounds, stats.drafts) if r[0] == i]
+            text = tok.decode(prompt) + sample_text(tok.decode, prompt, row, [r for r, _ in mine], [d for _, d in mine],
+                                                    colour)
+        else:
+            text = tok.decode(prompt + row)
+        print(f"---------- sample {i + 1}/{args.batch}\n{text}")
     batch_summary(args, draft, stats, calls=stats.target_calls)
     report_shared_mass(args, target, draft, prompt, new)
 

@@ -122,8 +122,12 @@ def sample(probs, generator=None):  # (V,) -> int. All randomness goes through s
     return torch.multinomial(probs, 1, generator=generator).item()
 
 
+def uniform(generator=None):  # -> u ~ U[0, 1), the value a coin compares
+    return torch.rand((), generator=generator, device=generator.device if generator else "cpu").item()
+
+
 def coin(prob, generator=None):  # -> True with probability prob
-    return torch.rand((), generator=generator, device=generator.device if generator else "cpu").item() < prob
+    return uniform(generator) < prob
 
 
 def accept_probability(p_x, q_x):

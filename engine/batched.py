@@ -47,6 +47,7 @@ class BatchStats(Stats):
     rows: int = 0
     host_reads: int = 0  # times the host waited for the device's results (one per round or step)
     fill_times: list = field(default_factory=list)  # (so tokens_per_target_call counts decoding forwards only)
+    drafts: list = field(default_factory=list)  # the K_b ids each round of `rounds` drafted, in the same order
 
 
 # ---- the draws: one per row, all on the device --------------------------------------------------------------
@@ -217,7 +218,8 @@ def speculative_generate_batch(target, draft, prompts, max_new_tokens, k=4, temp
         K = auto.choose(limit) if auto else min(k, limit)  # from earlier rounds only: still exact
         Ks = [0 if d else min(K, lim) for lim, d in zip(limits, done)]
         n_tgt, n_drf = len(tgt.times), len(drf.times)
-        kept, new = speculative_round_batch(tgt, drf, rows, ts, K, Ks, probs, generator, device, batch, tokens, done)
+        kept, new, drafted = speculative_round_batch(tgt, drf, rows, ts, K, Ks, probs, generator, device, batch, tokens,
+                                                     done)
         stats.host_reads += 1
         running = [i for i, d in enumerate(done) if not d]
         if auto:  # what this round measured: acceptance per row, (tokens fed, seconds) of its forwards
@@ -226,6 +228,7 @@ def speculative_generate_batch(target, draft, prompts, max_new_tokens, k=4, temp
         for i in running:
             b = batch[i]
             stats.rounds.append((b, ts[i], Ks[i], kept[i]))
+            stats.drafts.append(drafted[i])  # (show.py colours the rejected one)
             tokens[b] = rows[i] + new[i]
             end_at = stop_end(tokens[b], first_new[b], stop, ts[i]) if stop else None
             if end_at:  # subtle: the row's round may have kept drafts past its stop; its cache keeps them, so the
@@ -244,7 +247,7 @@ def speculative_generate_batch(target, draft, prompts, max_new_tokens, k=4, temp
 
 def speculative_round_batch(target, draft, rows, ts, K, Ks, probs, generator, device, names, everything, done):
     """One round of Algorithm 2 for every row at once. rows[b]: row b's tokens (not changed here); ts[b] = its
-    length; row b uses K_b = Ks[b] <= K of the K drafts. -> (kept per row, new tokens per row).
+    length; row b uses K_b = Ks[b] <= K of the K drafts. -> (kept per row, new tokens per row, drafts per row).
     Reads the host once, at the end. For errors: names[b] is row b's prompt index, everything every prompt's row;
     rows that are done[b] (finished, riding along) are not checked."""
     B = len(rows)
@@ -293,7 +296,7 @@ def speculative_round_batch(target, draft, rows, ts, K, Ks, probs, generator, de
     bad_q = not_distributions(q) if K else torch.zeros(B, 0, dtype=torch.bool, device=device)  # (B, K)
     bad_p = not_distributions(p)  # (B, K+1)
     read = torch.cat([kept[:, None], y[:, None], x, bad_q.long(), bad_p.long()], 1).tolist()
-    kept_rows, new = [], []
+    kept_rows, new, drafted = [], [], []
     for b, r in enumerate(read):
         n, y_b, x_b, bq, bp = r[0], r[1], r[2:2 + K], r[2 + K:2 + 2 * K], r[2 + 2 * K:]
         if done[b]:  # its tokens are final: nothing of this round is kept or checked
@@ -307,9 +310,10 @@ def speculative_round_batch(target, draft, rows, ts, K, Ks, probs, generator, de
             raise row_error(names[b], "target", ts[b] + first_p, p_logits[b, first_p], everything)
         kept_rows.append(n)
         new.append([] if done[b] else x_b[:n] + [y_b])
+        drafted.append([] if done[b] else x_b[:Ks[b]])
         target.rollback(b, ts[b] + n)  # forget the rejected (and unused) drafts in both caches
         draft.rollback(b, ts[b] + n)
-    return kept_rows, new
+    return kept_rows, new, drafted
 
 
 def row_error(b, model, position, logits, rows):
