@@ -4,7 +4,7 @@ token coloured as sample.py --show rounds colours it (show.rounds_html), and hea
 HTML. Needs Debian's chromium (apt-get install -y chromium).
 
     python scripts/round_picture.py                        # writes docs/rounds.png
-    python scripts/round_picture.py --out /tmp/r.png --max_new_tokens 200 --seed 4
+    python scripts/round_picture.py --out runs/rounds.png --max_new_tokens 200 --seed 4
 """
 
 import argparse
