@@ -16,6 +16,8 @@ drawn by speculative.uniform, as coin draws it), so the tokens are exactly those
 accepted path and the token after it, without the rejected nodes. Batches (engine/batched.py) record their
 drafts in BatchStats.drafts, so --show rounds colours every row.
 
+The page opens at round N when its address ends in #round=N (FILE.html#round=12), for a link on a slide.
+
 What it leaves out: the tree's rejected nodes, and p and q in batches (only the drafts are kept there).
 """
 
@@ -293,7 +295,7 @@ button{font-size:1em;margin-right:.4em} input[type=range]{width:14em}
 const DATA = /*DATA*/null;
 const $ = id => document.getElementById(id);
 const esc = s => String(s).replace(/&/g, "&amp;").replace(/</g, "&lt;").replace(/>/g, "&gt;");
-const vis = s => esc(s).replace(/\n/g, "\u21b5");
+const vis = s => esc(s).replace(/\n/g, "\u21b5").replace(/ /g, "\u2423");  // newline and space made visible
 const R = DATA.rounds;
 let i = 0;
 function bars(alts, cls) {
@@ -340,7 +342,7 @@ function theory() {
   const W = 520, H = 220, ymax = 4, x = k => 30 + (k - 1) * (W - 40) / 15, y = s => H - 20 - s * (H - 30) / ymax;
   let path = "";
   for (let k = 1; k <= 16; k++) path += (k === 1 ? "M" : "L") + x(k).toFixed(1) + "," + y(Math.min(ymax, speedup(a, c, v, k))).toFixed(1);
-  let svg = `<line x1="30" y1="${y(1)}" x2="${W - 10}" y2="${y(1)}" stroke="#d0d7de"/><text x="2" y="${y(1) + 4}" font-size="11">1&times;</text>` +
+  let svg = [1, 2, 3, 4].map(s => `<line x1="30" y1="${y(s)}" x2="${W - 10}" y2="${y(s)}" stroke="#d0d7de"/><text x="2" y="${y(s) + 4}" font-size="11">${s}&times;</text>`).join("") +
     `<path d="${path}" fill="none" stroke="#0969da" stroke-width="2"/><text x="${W - 60}" y="${H - 4}" font-size="11">K</text>`;
   if (m.speedup !== null) svg += `<circle cx="${x(m.K)}" cy="${y(Math.min(ymax, m.speedup))}" r="5" fill="#cf222e"/>`;
   $("plot").innerHTML = svg;
@@ -352,7 +354,8 @@ $("prev").addEventListener("click", () => show(i - 1));
 $("next").addEventListener("click", () => show(i + 1));
 document.addEventListener("keydown", e => { if (e.key === "ArrowRight") show(i + 1); if (e.key === "ArrowLeft") show(i - 1); });
 $("note").textContent = DATA.total > R.length ? `This run had ${DATA.total} rounds; the page keeps the first ${R.length} (at most ${DATA.limit}).` : "";
-if (R.length) show(0); else $("round").textContent = "no rounds: plain sampling has none";
+const asked = /round=(\d+)/.exec(location.hash);  // FILE.html#round=12 opens at round 12
+if (R.length) show(asked ? +asked[1] - 1 : 0); else $("round").textContent = "no rounds: plain sampling has none";
 theory();
 </script></body></html>
 """

@@ -53,7 +53,7 @@ def test_the_page_steps_through_the_runs_rounds_with_the_keys(run):
                                                         f"{t - n_prompt},")
             assert text_of(browser, "K") == str(K) and text_of(browser, "kept") == str(kept)
             r = rounds[step]
-            assert text_of(browser, "drafts") == " | ".join(decode([x]).replace("\n", "\u21b5") for x in r.drafts)
+            assert text_of(browser, "drafts") == " | ".join(decode([x]).replace("\n", "\u21b5").replace(" ", "\u2423") for x in r.drafts)
             qx = browser.evaluate("[...document.querySelectorAll('#tested .qx')].map(e => e.textContent)")
             px = browser.evaluate("[...document.querySelectorAll('#tested .px')].map(e => e.textContent)")
             assert qx == [f"{q:.4f}" for q, _ in r.q] and px == [f"{p:.4f}" for p, _ in r.p[:K]]
@@ -63,6 +63,18 @@ def test_the_page_steps_through_the_runs_rounds_with_the_keys(run):
         browser.press("ArrowLeft")
         assert text_of(browser, "where").startswith(f"round 3 of {len(rounds)}")
         assert "predicted" in text_of(browser, "speed")
+        assert browser.errors == [], browser.errors
+
+
+def test_an_address_ending_in_round_n_opens_that_round(run):
+    path, rounds, stats, decode, n_prompt = run
+    with Chromium() as browser:
+        browser.open(path.as_uri() + "#round=5")
+        t, K, kept = stats.rounds[4]
+        assert text_of(browser, "where").startswith(f"round 5 of {len(rounds)} (sample 1, new token {t - n_prompt},")
+        assert text_of(browser, "kept") == str(kept)
+        browser.press("ArrowRight")
+        assert text_of(browser, "where").startswith(f"round 6 of {len(rounds)}")
         assert browser.errors == [], browser.errors
 
 
