@@ -103,6 +103,9 @@ def main(argv=None):
         size = os.path.getsize(path)
     print(f"the --trace page of {args.tokens} tokens ({len(data['rounds'])} rounds, {size / 1024:.0f} KiB): opened in "
           f"{statistics.median(opens):.3f} s (median of 5, headless Chromium, navigation to load event)")
+    m = data["measured"]
+    print(f"that run, as its page shows it: alpha {m['alpha']}, K {m['K']}, c {m['c']}, v {m['v']}, "
+          f"speedup over plain sampling {m['speedup']}x (one run, not a median)")
 
 
 if __name__ == "__main__":
