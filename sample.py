@@ -333,7 +333,8 @@ def main(argv=None):
                 def stream(ids):  # print text as it is produced (decode the whole tail: BPE pieces can merge)
                     if rounds_shown:  # the round just done: its drafts, how many it kept
                         r = recorder.rounds[-1]
-                        text = round_text(tok.decode, prompt + new, ids, r.K, r.kept, r.drafts, colour)
+                        text = round_text(tok.decode, prompt + new, ids, r.K, r.kept, r.drafts, colour,
+                                          r.tested > r.kept)
                     else:
                         text = tok.decode(new + ids)[len(tok.decode(new)):]
                     new.extend(ids)

@@ -36,7 +36,7 @@ class Round:
     """One round as recorded: tokens[t:] before it were final; K drafts; `kept` of them kept."""
 
     def __init__(self, t, K, verify):
-        self.t, self.K, self.verify, self.kept = t, K, verify, None
+        self.t, self.K, self.verify, self.kept, self.tested = t, K, verify, None, None
         self.drafts = None  # the K drafted ids (chain verifiers), or None (a tree)
         self.q, self.p = [], []  # per drafted position: (q(x), top ids and probabilities) of the draft, of the target
         self.coins = []  # (probability it tested, the uniform u it drew): kept when u < probability
@@ -74,11 +74,13 @@ class Recorder:
         def recorded(target, draft, tokens, K, probs, generator):
             self.current = Round(len(tokens), K, verify)
             try:
-                self.current.kept = one_round(target, draft, tokens, K, probs, generator)
+                result = one_round(target, draft, tokens, K, probs, generator)  # kept, or (kept, tested)
+                r = self.current
+                r.kept, r.tested = result if isinstance(result, tuple) else (result, result + (result < K))
             finally:
                 self.rounds.append(self.current)
                 self.current = None
-            return self.rounds[-1].kept
+            return result
         return recorded
 
     def draft_tokens(self, draft, tokens, k, probs, generator):
@@ -144,17 +146,20 @@ def legend(colour):
         "" if colour else "; unmarked: a kept draft, or the prompt")
 
 
-def kinds(K, kept, emitted):  # -> the kind of each emitted token of a round
-    return ["target" if K == 0 else "kept" if j < kept else "correction" if kept < K else "bonus"
+def kinds(K, kept, emitted, rejected=None):  # -> the kind of each emitted token of a round
+    """rejected: did the round reject draft kept + 1 (default: kept < K)? A round that stopped without a rejection
+    (a Verifier's (kept, tested) with tested == kept) draws its last token from p, as after all K: a bonus."""
+    rejected = kept < K if rejected is None else rejected
+    return ["target" if K == 0 else "kept" if j < kept else "correction" if rejected else "bonus"
             for j in range(emitted)]
 
 
-def round_text(decode, before, emitted, K, kept, drafts, colour):
+def round_text(decode, before, emitted, K, kept, drafts, colour, rejected=None):
     """The text of one round's emitted ids, each token styled by where it came from; the rejected draft (drafts[kept],
     when known) is shown struck where it was proposed, before its correction. before: the ids the text so far holds
     (prompt included), for decoding each piece as the whole text decodes it."""
     ids, text, spans = list(before), decode(list(before)), []  # spans: [kind, text], neighbours of one kind merged
-    for x, kind in zip(emitted, kinds(K, kept, len(emitted))):
+    for x, kind in zip(emitted, kinds(K, kept, len(emitted), rejected)):
         if kind == "correction" and drafts is not None and kept < len(drafts):
             spans.append(["rejected", decode(ids + [drafts[kept]])[len(text):]])
         ids.append(x)
@@ -194,11 +199,11 @@ def page_data(decode, samples, verify, setting, measured):
             made, calls = made + end - r.t, calls + 1
             if len(rounds) >= ROUND_LIMIT:
                 continue
-            rejected = r.drafts[r.kept] if r.drafts is not None and r.kept < len(r.drafts) else None
+            rejected = r.drafts[r.kept] if r.drafts is not None and r.kept < min(r.tested, len(r.drafts)) else None
             rounds.append(dict(
                 sample=s + 1, t=r.t - len(prompt), K=r.K, kept=r.kept, verify=r.verify,
                 context=decode(tokens[max(0, r.t - 60):r.t])[-60:],
-                emitted=[[text(x), kind] for x, kind in zip(tokens[r.t:end], kinds(r.K, r.kept, end - r.t))],
+                emitted=[[text(x), kind] for x, kind in zip(tokens[r.t:end], kinds(r.K, r.kept, end - r.t, r.tested > r.kept))],
                 drafts=None if r.drafts is None else [text(x) for x in r.drafts],
                 rejected=None if rejected is None else text(rejected),
                 q=[[qx, [[text(i), v] for i, v in alts]] for qx, alts in r.q],
@@ -239,7 +244,7 @@ def rounds_html(decode, prompt, new, recorded):
     for r in recorded:
         end = min(r.t + r.kept + 1, len(tokens))
         ids = tokens[:r.t]
-        for x, kind in zip(tokens[r.t:end], kinds(r.K, r.kept, end - r.t)):
+        for x, kind in zip(tokens[r.t:end], kinds(r.K, r.kept, end - r.t, r.tested > r.kept)):
             if kind == "correction" and r.drafts is not None and r.kept < len(r.drafts):
                 text = piece(decode, ids, r.drafts[r.kept]).replace("\n", "\u21b5")
                 out.append(f'<span style="{css["rejected"]}">{html.escape(text)}</span>')

@@ -33,6 +33,7 @@ class Stats:
     accepted: int = 0  # draft tokens kept
     total_time: float = 0.0  # seconds for the whole call
     rounds: list = field(default_factory=list)
+    tested: list = field(default_factory=list)  # drafts each round tested: kept + 1 after a rejection, else kept
     target_times: list = field(default_factory=list)  # seconds of each target forward ([0]: the prompt)
     draft_times: list = field(default_factory=list)  # seconds of each draft forward ([0]: the prompt)
     target_calls = property(lambda self: len(self.target_times))  # one per round, one per token when plain
@@ -287,7 +288,9 @@ class Verifier:
 
         speculative.ROUNDS["mine"] = Verifier(my_round, params={"tau": 0.5}, lossless=False)
 
-    round(target, draft, tokens, k, probs, generator, **params) -> drafts kept, appending 1..k+1 tokens."""
+    round(target, draft, tokens, k, probs, generator, **params) -> drafts kept, appending 1..k+1 tokens. A round
+    that can stop short of k without rejecting a draft (a cap, a confidence rule) returns (kept, tested), the
+    drafts it tested; a bare `kept` < k means the draft after them was tested and rejected. alpha counts tests."""
     round: callable
     params: dict = field(default_factory=dict)  # parameter name -> default (each becomes a flag: --tau)
     lossless: bool = True  # False: the output is NOT the target's distribution, and the scripts say so
@@ -390,9 +393,11 @@ def speculative_generate(target, draft, idx, max_new_tokens, k=4, temperature=1.
         K = auto.choose(limit) if auto else min(k, limit)  # auto: from earlier rounds only, so still exact
         n_tgt, n_drf = len(tgt.forwards), len(drf.forwards)
         kept = one_round(tgt, drf, tokens, K, probs, generator)
+        kept, tested = kept if isinstance(kept, tuple) else (kept, kept + (kept < K))  # see Verifier
         if auto:  # what this round measured: acceptance, and (tokens fed, seconds) of its forwards
             auto.update(K, kept, drf.forwards[n_drf:], tgt.forwards[n_tgt:])
         stats.rounds.append((t, K, kept))
+        stats.tested.append(tested)
         end_at = stop_end(tokens, first_new, stop, t) if stop else None
         if end_at:  # subtle: a round can keep drafts past a stop; plain sampling would never have drawn them
             del tokens[end_at:]
