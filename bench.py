@@ -523,8 +523,9 @@ def suite_report(args, target, tmeta):
                             out, s = autoregressive_generate(tgt, prompt, args.max_new_tokens,
                                                              generator=gen.manual_seed(seed), **sampling)
                             plain_out = out[0, prompt.size(1):].tolist()
-                            if expected is not None and rep == 0:
-                                copies[st].append(follows(plain_out, expected))
+                            if expected is not None and rep == 0:  # and, for chance, another prompt's passage
+                                other = prompts[(i + 1) % len(prompts)][1]
+                                copies[st].append((*follows(plain_out, expected), follows(plain_out, other)[1]))
                         else:
                             out, s = speculative_generate(tgt, made[col], prompt, args.max_new_tokens, k=K,
                                                           generator=gen.manual_seed(seed), **sampling, **verify)
@@ -590,12 +591,17 @@ def suite_report(args, target, tmeta):
                 say = (f"wins no category; its best is {cat}: {mine[cat]['speedup']:.2f}x "
                        f"({best[cat]['draft']} there: {best[cat]['speedup']:.2f}x)")
             print(f"{st}, {name}: {say}")
+            if mine[cat]["speedup"] < 1.0:  # slower than plain decoding everywhere: why, from its best category
+                r = mine[cat]
+                print(f"{st}, {name}: does not pay (best {r['speedup']:.2f}x, {cat}). "
+                      + why_it_does_not_pay(r["alpha"], r["c"], r["v"], r["speedup"], K))
     for st in args.settings:
         if copies[st]:
-            firsts, shares = zip(*copies[st])
+            firsts, shares, chance = zip(*copies[st])
             print(f"{st}, repeat: does the target itself repeat the quoted passage? Its plain output follows the "
                   f"passage for {statistics.median(firsts):.0f} characters (median; each prompt: "
-                  f"{', '.join(map(str, firsts))}) and matches it at {statistics.mean(shares):.0%} of positions")
+                  f"{', '.join(map(str, firsts))}) and matches it at {statistics.mean(shares):.0%} of positions "
+                  f"(another prompt's passage, by chance: {statistics.mean(chance):.0%})")
     for name in label.values():
         for st in args.settings:
             r = [x for x in rows if x["draft"] == name and x["setting"] == st]
