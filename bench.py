@@ -113,6 +113,8 @@ def get_args(argv=None):
         args.k = [parse_k(k) for k in args.k.split(",")]
     except argparse.ArgumentTypeError as e:
         ap.error(f"--k takes comma-separated ints >= 1 or auto, e.g. 1,2,4,auto: {e}")
+    if args.suite and (len(args.k) != 1 or args.k[0] == "auto"):
+        ap.error(f"--suite compares drafts at one int K (its histograms are per K): pass e.g. --k 4, not --k {','.join(map(str, args.k))}")
     args.settings = args.settings.split(",")
     args.decoder = args.decoder.split(",")
     if any(d not in DECODERS for d in args.decoder):

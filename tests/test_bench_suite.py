@@ -107,3 +107,10 @@ def test_the_suite_prompts_are_what_their_categories_say():
     assert all(p.size(1) == 256 - 16 for p, _ in tasks["long"])
     assert all(tok.decode(p[0].tolist()) in bench.PROSE for p, _ in tasks["prose"])
     assert all(len(ps) == 3 for ps in tasks.values())
+
+
+@pytest.mark.parametrize("k", ["auto", "2,4"])
+def test_the_suite_asks_for_one_int_k(k, capsys):
+    with pytest.raises(SystemExit):
+        bench.main(["--suite", "--k", k])
+    assert "--suite compares drafts at one int K" in capsys.readouterr().err
