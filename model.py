@@ -186,12 +186,12 @@ class GPT(nn.Module):
 
     def reset_cache(self, batch_size=1):
         """Allocate an empty ChainCache: block_size positions per layer, in the model's dtype and device."""
-        c, w = self.config, self.lm_head.weight
+        c, w = self.config, self.transformer.wte.weight  # (wte: a quantized lm_head has no weight tensor)
         self.cache = ChainCache(c.n_layer, batch_size, c.n_head, c.block_size, c.n_embd // c.n_head, w.device, w.dtype)
 
     def reset_row_cache(self, batch_size, room=0):
         """Allocate an empty RowCache for batch_size rows (engine/batched.py), block_size + room slots per row."""
-        c, w = self.config, self.lm_head.weight
+        c, w = self.config, self.transformer.wte.weight
         self.cache = RowCache(c.n_layer, batch_size, c.n_head, c.block_size, c.n_embd // c.n_head, w.device, w.dtype,
                               room)
 
@@ -258,7 +258,7 @@ class ChainCache:
     def __init__(self, n_layer, B, n_head, window, head_size, device, dtype):
         self.k = [torch.zeros(B, n_head, window, head_size, device=device, dtype=dtype) for _ in range(n_layer)]
         self.v = [torch.zeros_like(k) for k in self.k]  # (B, nh, W, hs) per layer
-        self.window = window  # positions the model knows (block_size)
+        self.window, self.device = window, device  # positions the model knows (block_size); device: even with 0 layers
         self.start = self.length = 0  # the tokens fed last sit at slots start..length-1
 
     def place(self, T, pos=None, mask=None, rows=None, span=None):  # -> positions (slice or (T,)), mask (T, length)
@@ -268,7 +268,7 @@ class ChainCache:
             assert end <= self.window, f"cannot attend to {end} positions, block_size is only {self.window}"
             pos = slice(start, end)
             if T > 1:  # (one query sees every key: no mask)
-                mask = torch.ones(T, end, dtype=torch.bool, device=self.k[0].device).tril(diagonal=start)
+                mask = torch.ones(T, end, dtype=torch.bool, device=self.device).tril(diagonal=start)
         else:  # a tree brings its own mask: each token sees the prefix and its own branch only
             assert mask is not None and mask.shape == (T, end), (
                 f"a tree needs use_cache=True, pos (T,) and mask (T, cache_len + T) = ({T}, {end})")
@@ -409,4 +409,5 @@ def load_checkpoint(path, device="cpu"):
     assert set(missing) <= {"lm_head.weight"} and not unexpected, (
         f"{path!r} does not match its own model_args: missing {missing}, unexpected {unexpected}")
     model.to(device).eval()
-    return model, ckpt.get("meta", {})
+    model.meta = ckpt.get("meta", {})  # also on the model: a draft built from it may need its tokenizer (drafts/suffix.py)
+    return model, model.meta

@@ -391,6 +391,8 @@ def speculative_generate(target, draft, idx, max_new_tokens, k=4, temperature=1.
         # forward, re-fills its cache wherever its own window slides.)
         limit = min(end - 1 - t, window_end(t, tgt.W) - t, max_k)  # max_k: what the draft can propose
         K = auto.choose(limit) if auto else min(k, limit)  # auto: from earlier rounds only, so still exact
+        if K and hasattr(draft, "k_for"):  # a draft may propose fewer (drafts/suffix.py: none without a good match);
+            K = draft.k_for(tokens, K)  # from the tokens so far only, as auto: still exact. K = 0: one plain step
         n_tgt, n_drf = len(tgt.forwards), len(drf.forwards)
         kept = one_round(tgt, drf, tokens, K, probs, generator)
         kept, tested = kept if isinstance(kept, tuple) else (kept, kept + (kept < K))  # see Verifier

@@ -114,5 +114,6 @@ def with_decoder(name, target, draft=None):
         raise ValueError(f"unknown decoder {name!r}: choose from {DECODERS}")
     if name == "eager":
         return target, draft
-    wrap = lambda m, dtype=torch.float32: FastGPT(m, dtype) if isinstance(m, GPT) else m  # not None, NGramDraft
+    wrap = lambda m, dtype=torch.float32: FastGPT(m, dtype) if isinstance(m, GPT) and not getattr(
+        m, "quantized", False) else m  # not None, NGramDraft, nor an int8 copy (drafts/self_drafts.py): as they are
     return wrap(target, torch.bfloat16 if name == "fast-bf16" else torch.float32), wrap(draft)

@@ -1,0 +1,78 @@
+"""
+Drafts made from the target itself, with no second model to train: its first layers (early exit), or an int8 copy.
+Lossless, as any draft: speculative.py's round tests each token against the full target.
+
+- `layerskip`: the target's first L layers, then its own final layer norm and LM head (LayerSkip, Elhoushi et al.
+  2024, arXiv:2404.16710; transformers' early-exit assistant). No training; LayerSkip also fine-tunes the target
+  so that early exits predict well, which this leaves out. c is about L / n_layer; alpha is what the first L
+  layers already know of the answer.
+- `int8`: a copy of the target whose linear layers are dynamically quantized to int8 (torch's quantize_dynamic;
+  gpt-fast's int8 draft). The same model with coarser weights: alpha near 1, c as large as int8 matmuls are
+  fast here (on a CPU, often not much faster than float32: Theorem 3.8 then says it cannot pay).
+
+In Theorem 3.8's terms both trade a second model for a high alpha at a high c; on a GPU, where v is near 1 and a
+draft step of a half-depth model costs about half a target step, the trade is the one bench.py's Theorem 3.8 line
+shows for c = 0.5.
+
+    speculative_generate(target, early_exit(target, 3), idx, n)      # sample.py --draft layerskip (half the layers)
+    speculative_generate(target, int8_copy(target), idx, n)          # sample.py --draft int8
+"""
+
+import copy
+import warnings
+
+import torch
+import torch.nn as nn
+
+import speculative
+from model import GPT
+from speculative import Drafter
+
+
+def early_exit(target, layers):
+    """-> a GPT of the target's first `layers` blocks, its ln_f and LM head (copies: the draft keeps its own cache)."""
+    n = target.config.n_layer
+    if not isinstance(layers, int) or not 0 <= layers < n:
+        raise ValueError(f"--layerskip_layers {layers}: the early exit takes 0 to {n - 1} of the target's {n} layers "
+                         "(0: the embeddings straight into the LM head)")
+    config = copy.copy(target.config)
+    config.n_layer = layers
+    with torch.random.fork_rng(devices=[]):  # GPT's init draws random weights that the target's then replace
+        draft = GPT(config).to(next(target.parameters()).dtype)
+    state = {k: v for k, v in target.state_dict().items()
+             if not k.startswith("transformer.h.") or int(k.split(".")[2]) < layers}
+    draft.load_state_dict(state)
+    return draft.to(next(target.parameters()).device).eval()
+
+
+def int8_copy(target):
+    """-> the target with its linear layers dynamically quantized to int8 (CPU; torch's quantized engines)."""
+    if next(target.parameters()).device.type != "cpu":
+        raise ValueError("--draft int8 quantizes for the CPU (torch's dynamic quantization): on a GPU use --draft layerskip")
+    if not torch.backends.quantized.supported_engines or torch.backends.quantized.engine == "none":
+        raise ValueError("--draft int8: this torch build has no quantized engine; use --draft layerskip")
+    with warnings.catch_warnings():  # torch.ao.quantization is deprecated in favour of torchao; it still works
+        warnings.simplefilter("ignore")
+        try:
+            draft = torch.ao.quantization.quantize_dynamic(copy.deepcopy(target).float(), {nn.Linear}, dtype=torch.qint8)
+        except (RuntimeError, AttributeError) as e:
+            raise ValueError(f"--draft int8: torch could not quantize the target here ({e}); use --draft layerskip") from None
+    dtype = next(target.parameters()).dtype  # int8 matmuls run in float32; q is made in the target's precision
+    draft.register_forward_hook(lambda module, args, out: (out[0].to(dtype), out[1]))
+    draft.quantized = True  # engine/fast.py leaves it as it is: its int8 layers are the point
+    return draft.eval()
+
+
+def check_layers(layerskip_layers):
+    if not isinstance(layerskip_layers, int):
+        raise ValueError(f"layerskip_layers must be an int (-1: half the target's layers), got {layerskip_layers!r}")
+
+
+speculative.DRAFTS["layerskip"] = Drafter(
+    lambda target, layerskip_layers: early_exit(
+        target, target.config.n_layer // 2 if layerskip_layers < 0 else layerskip_layers),
+    dict(layerskip_layers=-1), check=check_layers,
+    doc="the target's first layers and its LM head (early exit, LayerSkip), no training: lossless",
+    help=dict(layerskip_layers="with --draft layerskip: how many of the target's layers the draft runs (-1: half)"))
+speculative.DRAFTS["int8"] = Drafter(
+    lambda target: int8_copy(target), doc="an int8 copy of the target (dynamic quantization, as gpt-fast): lossless")

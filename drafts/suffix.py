@@ -1,0 +1,187 @@
+"""
+Suffix decoding: a draft without weights that proposes the continuation of the longest match of the text's
+suffix, in the text so far and, optionally, in a corpus (a datastore). Lossless.
+
+Source: Oliaro et al. 2024, "SuffixDecoding" (arXiv:2411.04975), shipped by vLLM (method="suffix"), SGLang and
+TensorRT-LLM; the datastore is REST's (He et al. 2023, arXiv:2311.08252). It differs from drafts/ngram.py in three
+ways: (1) it looks for the LONGEST suffix that occurred before, and counts every earlier occurrence of it; (2) it
+walks the continuations of those occurrences, taking the most frequent next token each step, as far as the
+path's estimated probability stays above `min_prob` (the paper's frequency-based speculation length); (3) it
+proposes NOTHING without a match of at least `min_match` tokens: the round is then one plain target step
+(k_for returns 0), so on fresh text it costs almost nothing instead of a wasted target forward per round.
+
+In Theorem 3.8's terms: c is nearly 0 (a search, no forward), and K varies round by round with the match; alpha
+is high where the text repeats and the target repeats with it.
+
+Why it stays exact: q is a point mass on each proposed token (as the n-gram draft's), so the token is drawn from
+the very q the acceptance test uses; and how many tokens a round drafts is decided from the tokens so far only
+(k_for), as k="auto" decides K: the enumeration of every branch covers both (tests/test_suffix.py).
+
+    speculative_generate(target, SuffixDraft(V), idx, n, k=8)              # sample.py --draft suffix
+    SuffixDraft(V, corpus=train_ids)                                        # --suffix_corpus data: the training text
+
+The path's probability, as the paper estimates it: each step multiplies by the share of the occurrences still
+on the path that continue with the chosen token. Defaults (min_match 6, min_prob 0.3) were set on prompts from the
+training text, not the benchmark's: shorter matches proposed too often at T = 1 (0.92x at min_match 4).
+
+What it leaves out: the paper's tree of several candidate paths (verified as a tree), and sharing one suffix tree
+across requests (a batch's rows).
+"""
+
+import numpy as np
+import torch
+
+import speculative
+from drafts.ngram import TokenListCache
+from model import GPTConfig
+from speculative import Drafter
+
+
+class Datastore:
+    """A corpus indexed for exact suffix lookups: for each length m in `lengths`, every m-gram packed into one
+    int64 (bits per token x m <= 63), sorted. lookup(suffix) -> the corpus positions right after each occurrence
+    of the longest suffix found (at most `limit`, the first ones in the corpus), and its length."""
+
+    def __init__(self, ids, vocab_size, max_match=9, limit=512):
+        self.ids = np.asarray(ids, dtype=np.int64)
+        self.bits = max(1, int(vocab_size - 1).bit_length())
+        top = min(max_match, 63 // self.bits)
+        self.lengths, self.limit, self.index = list(range(top, 0, -1)), limit, {}
+        for m in self.lengths:
+            n = len(self.ids) - m  # an m-gram must have a next token
+            if n <= 0:
+                continue
+            keys = np.zeros(n, dtype=np.int64)
+            for i in range(m):
+                keys = (keys << self.bits) | self.ids[i:i + n]
+            order = np.argsort(keys, kind="stable")  # stable: equal keys keep corpus order
+            self.index[m] = (keys[order], order + m)  # the sorted keys, the position after each m-gram
+
+    def key(self, suffix):
+        value = 0
+        for x in suffix:
+            value = (value << self.bits) | int(x)
+        return value
+
+    def lookup(self, history, min_match):  # -> (match length, positions after it), or (0, [])
+        for m in self.lengths:
+            if m < min_match or m > len(history) or m not in self.index:
+                continue
+            keys, after = self.index[m]
+            key = self.key(history[-m:])
+            lo, hi = np.searchsorted(keys, key, side="left"), np.searchsorted(keys, key, side="right")
+            if hi > lo:
+                return m, np.sort(after[lo:hi])[:self.limit].tolist()
+        return 0, []
+
+
+class SuffixDraft(TokenListCache):
+    """Propose the most frequent continuation of the longest earlier match of the text's suffix (see the module's
+    docstring). k_for(tokens, K) -> how many tokens the round drafts (0 without a good match); next_logits(history)
+    -> log of a point mass on the path's first token for that history. [1, 2, 3, 9, 1, 2, 3] -> proposes 9."""
+
+    def __init__(self, vocab_size, max_match=16, min_match=6, min_prob=0.3, corpus=None, corpus_max_match=9):
+        super().__init__()
+        if not (isinstance(min_match, int) and isinstance(max_match, int) and 1 <= min_match <= max_match):
+            raise ValueError(f"the match lengths need 1 <= min_match <= max_match (ints), got {min_match}, {max_match}")
+        if not 0.0 <= min_prob < 1.0:
+            raise ValueError(f"min_prob (the least estimated probability of a proposed path) must be in [0, 1), got {min_prob}")
+        self.max_match, self.min_match, self.min_prob = max_match, min_match, min_prob
+        self.store = None if corpus is None else Datastore(corpus, vocab_size, corpus_max_match)
+        self.config = GPTConfig(block_size=2 ** 62, vocab_size=vocab_size, n_layer=0)  # no window: sees everything
+        self.last = (None, [])  # (history as a tuple, its path): k_for and the first draft ask for the same one
+
+    def num_params(self):
+        return 0
+
+    def matches(self, history):  # -> (match length, the continuations of every earlier occurrence) in the text
+        last, n, best, ends = history[-1], len(history), 0, []
+        for j in range(n - 2, -1, -1):  # j: an earlier position holding the last token
+            if history[j] != last:
+                continue
+            m = 1
+            while m < self.max_match and j - m >= 0 and history[j - m] == history[n - 1 - m]:
+                m += 1
+            if m > best:
+                best, ends = m, [j]
+            elif m == best:
+                ends.append(j)
+        return best, [history[j + 1:] for j in ends]
+
+    def path(self, history):
+        """-> the proposed tokens for this history: the walk along the most frequent continuation of the longest
+        match (the text's own, or the datastore's if that is longer), while its probability stays >= min_prob."""
+        key = tuple(history)
+        if self.last[0] == key:
+            return self.last[1]
+        m, conts = self.matches(history) if len(history) > 1 else (0, [])
+        if self.store is not None:
+            m2, after = self.store.lookup(history, self.min_match)
+            if m2 > m:
+                m, conts = m2, [self.store.ids[a:a + 64].tolist() for a in after]
+        out, prob = [], 1.0
+        if m >= self.min_match:
+            while True:
+                d = len(out)
+                alive = [c for c in conts if len(c) > d]
+                if not alive:
+                    break
+                counts = {}
+                for c in alive:
+                    counts[c[d]] = counts.get(c[d], 0) + 1
+                x = max(counts, key=lambda y: (counts[y], -y))  # ties: the smaller id, so the path is deterministic
+                prob *= counts[x] / len(alive)  # the share of the occurrences that go on this way
+                if prob < self.min_prob:
+                    break
+                out.append(x)
+                conts = [c for c in alive if c[d] == x]
+        self.last = (key, out)
+        return out
+
+    def k_for(self, tokens, K):  # -> how many drafts this round: the path's length, at most K (speculative_generate)
+        return min(K, len(self.path(tokens)))
+
+    def next_logits(self, history):  # -> (V,) float64: log q, a point mass on the path's first token
+        path = self.path(history)
+        x = path[0] if path else history[-1]  # asked without a path (a tree, a batch): repeat the last token
+        q = torch.zeros(self.config.vocab_size, dtype=torch.float64)
+        q[x] = 1.0
+        return torch.log(q).clamp(min=-1e30)  # finite, as the n-gram draft's (drafts/ngram.py)
+
+
+def corpus_ids(target, corpus):
+    """--suffix_corpus: "data" (the training text of the pair, data.py) or a UTF-8 file -> ids in the target's
+    tokenizer. A character outside it is a one-line error."""
+    import data
+    tok = data.Tokenizer(target.meta["tokenizer"]) if getattr(target, "meta", None) else None
+    if tok is None:
+        raise ValueError("--suffix_corpus needs a target checkpoint that carries its tokenizer")
+    try:
+        text = data.texts()[0] if corpus == "data" else open(corpus, encoding="utf-8").read()
+    except FileNotFoundError:
+        raise ValueError(f"--suffix_corpus {corpus}: no such file (give a UTF-8 text file, or 'data' for the training text)")
+    try:
+        return tok.encode(text)
+    except (KeyError, ValueError) as e:
+        raise ValueError(f"--suffix_corpus {corpus}: its text does not fit the target's tokenizer ({e})")
+
+
+def check_suffix(suffix_min_match, suffix_min_prob, suffix_corpus=""):
+    if not isinstance(suffix_min_match, int) or suffix_min_match < 1:
+        raise ValueError(f"suffix_min_match must be an int >= 1, got {suffix_min_match!r}")
+    if not 0.0 <= suffix_min_prob < 1.0:
+        raise ValueError(f"suffix_min_prob must be in [0, 1), got {suffix_min_prob!r}")
+
+
+def make(target, suffix_min_match=6, suffix_min_prob=0.3, suffix_corpus=""):
+    corpus = corpus_ids(target, suffix_corpus) if suffix_corpus else None
+    return SuffixDraft(target.config.vocab_size, min_match=suffix_min_match, min_prob=suffix_min_prob,
+                       max_match=max(16, suffix_min_match), corpus=corpus)
+
+
+speculative.DRAFTS["suffix"] = Drafter(
+    make, dict(suffix_min_match=6, suffix_min_prob=0.3, suffix_corpus=""),
+    check=check_suffix, doc="suffix decoding, no model: the longest earlier match's most frequent continuation; lossless",
+    help=dict(suffix_min_match="with --draft suffix: the shortest match that proposes anything",
+              suffix_min_prob="with --draft suffix: the least estimated probability of the proposed path",
+              suffix_corpus="with --draft suffix: also match in this text ('data': the training text), as REST"))
