@@ -149,6 +149,47 @@ class SuffixDraft(TokenListCache):
         return torch.log(q).clamp(min=-1e30)  # finite, as the n-gram draft's (drafts/ngram.py)
 
 
+class StackedDraft(torch.nn.Module):
+    """The suffix draft where it has a path, a model draft elsewhere (--suffix_over checkpoints/draft.pt): the
+    engines' "suffix with a fallback". Each position's q is one or the other, decided from the tokens it sees, so
+    the draft token is drawn from the very q the round tests: lossless. The model draft is fed lazily: only when
+    it must answer, in one forward over the tokens it has not seen, so suffix positions cost no model step.
+    Chains only (a tree's positions would need the model for every node)."""
+
+    def __init__(self, suffix, model):
+        super().__init__()
+        self.suffix, self.model = suffix, model
+        self.config = model.config  # the model's window: speculative.CachedModel slides it as the model's
+        self.seen = []
+
+    def num_params(self):
+        return self.model.num_params()
+
+    def reset_cache(self, batch_size=1):
+        self.seen = []
+        self.model.reset_cache()
+
+    @property
+    def cache_len(self):
+        return len(self.seen)
+
+    def crop(self, n):
+        del self.seen[n:]
+        self.model.crop(min(n, self.model.cache_len))
+
+    def forward(self, idx, targets=None, use_cache=False, pos=None, mask=None, **rows):  # -> (logits (1, T, V), None)
+        if pos is not None or not use_cache:
+            raise ValueError("--suffix_over drafts chains through its cache (token-wise or block verification), not trees")
+        self.seen += idx[0].tolist()
+        path = self.suffix.path(self.seen)
+        if path:
+            row = self.suffix.next_logits(self.seen)
+        else:
+            lag = self.seen[self.model.cache_len:]
+            row = self.model(torch.tensor([lag], device=idx.device), use_cache=True)[0][0, -1].double().cpu()
+        return row.to(idx.device).expand(1, idx.size(1), -1), None  # the last row is the one a chain reads
+
+
 def corpus_ids(target, corpus):
     """--suffix_corpus: "data" (the training text of the pair, data.py) or a UTF-8 file -> ids in the target's
     tokenizer. A character outside it is a one-line error."""
@@ -166,22 +207,35 @@ def corpus_ids(target, corpus):
         raise ValueError(f"--suffix_corpus {corpus}: its text does not fit the target's tokenizer ({e})")
 
 
-def check_suffix(suffix_min_match, suffix_min_prob, suffix_corpus=""):
+def check_suffix(suffix_min_match, suffix_min_prob, suffix_corpus="", suffix_over=""):
     if not isinstance(suffix_min_match, int) or suffix_min_match < 1:
         raise ValueError(f"suffix_min_match must be an int >= 1, got {suffix_min_match!r}")
     if not 0.0 <= suffix_min_prob < 1.0:
         raise ValueError(f"suffix_min_prob must be in [0, 1), got {suffix_min_prob!r}")
 
 
-def make(target, suffix_min_match=6, suffix_min_prob=0.3, suffix_corpus=""):
+def make(target, suffix_min_match=6, suffix_min_prob=0.3, suffix_corpus="", suffix_over=""):
     corpus = corpus_ids(target, suffix_corpus) if suffix_corpus else None
-    return SuffixDraft(target.config.vocab_size, min_match=suffix_min_match, min_prob=suffix_min_prob,
-                       max_match=max(16, suffix_min_match), corpus=corpus)
+    draft = SuffixDraft(target.config.vocab_size, min_match=suffix_min_match, min_prob=suffix_min_prob,
+                        max_match=max(16, suffix_min_match), corpus=corpus)
+    if not suffix_over:
+        return draft
+    from engine.fast import with_decoder  # the model draft runs in the fast decoder, as the scripts run drafts
+    from model import load_checkpoint
+    try:
+        model, _ = load_checkpoint(suffix_over, next(target.parameters()).device)
+    except FileNotFoundError:
+        raise ValueError(f"--suffix_over {suffix_over}: no such checkpoint (give a draft's .pt, e.g. checkpoints/draft.pt)")
+    if model.config.vocab_size != target.config.vocab_size:
+        raise ValueError(f"--suffix_over {suffix_over}: its vocabulary ({model.config.vocab_size}) is not the target's "
+                         f"({target.config.vocab_size})")
+    return StackedDraft(draft, with_decoder("fast", None, model)[1])
 
 
 speculative.DRAFTS["suffix"] = Drafter(
-    make, dict(suffix_min_match=6, suffix_min_prob=0.3, suffix_corpus=""),
+    make, dict(suffix_min_match=6, suffix_min_prob=0.3, suffix_corpus="", suffix_over=""),
     check=check_suffix, doc="suffix decoding, no model: the longest earlier match's most frequent continuation; lossless",
     help=dict(suffix_min_match="with --draft suffix: the shortest match that proposes anything",
               suffix_min_prob="with --draft suffix: the least estimated probability of the proposed path",
-              suffix_corpus="with --draft suffix: also match in this text ('data': the training text), as REST"))
+              suffix_corpus="with --draft suffix: also match in this text ('data': the training text), as REST",
+              suffix_over="with --draft suffix: a model draft's checkpoint that drafts wherever the suffix has no path"))

@@ -92,3 +92,28 @@ def test_the_early_exit_is_the_targets_first_layers():
         x = block(x) if not isinstance(block(x), tuple) else block(x)[0]
     want = target.lm_head(target.transformer.ln_f(x))
     assert torch.allclose(draft(idx)[0], want, atol=1e-5)
+
+
+@pytest.mark.parametrize("k,sampling", [(2, dict(temperature=1.0)), (3, dict(temperature=0.7, top_k=2))])
+def test_suffix_over_a_model_draft_keeps_the_output_exact(k, sampling, monkeypatch):
+    from drafts.suffix import StackedDraft
+    target = tiny_target()
+    model = random_gpt(5, vocab_size=target.config.vocab_size, block_size=target.config.block_size, n_layer=1).double()
+    draft = StackedDraft(SuffixDraft(target.config.vocab_size, min_match=2, min_prob=0.5), model)
+    asked = []  # which of the two answered: both must, for the enumeration to cover both
+    path = draft.suffix.path
+    monkeypatch.setattr(draft.suffix, "path", lambda h: asked.append(bool(path(h))) or path(h))
+    prompt = [0, 1, 0]
+    run = lambda: speculative_generate(target, draft, torch.tensor([prompt]), 4, k=k, **sampling)[0][
+        0, len(prompt):].tolist()
+    assert_same_distribution(enumerate_branches(run, monkeypatch), target_joint(target, prompt, 4, **sampling))
+    assert True in asked and False in asked
+    plain, _ = autoregressive_generate(target, torch.tensor([prompt]), 6, temperature=0)
+    spec, _ = speculative_generate(target, draft, torch.tensor([prompt]), 6, k=k, temperature=0)
+    assert spec.tolist() == plain.tolist()
+
+
+def test_suffix_over_a_missing_checkpoint_is_one_line():
+    with pytest.raises(SystemExit) as e:
+        sample.main(["--draft", "suffix", "--suffix_over", "nosuch.pt", "--num_samples", "1"])
+    assert "no such checkpoint" in str(e.value) and "\n" not in str(e.value)
