@@ -44,7 +44,7 @@ from model import SHIPPED
 from sample import (HELP, add_plugin_argument, add_registry_arguments, check_draft_arguments, cross_vocabulary,
                     check_verify_arguments, given, import_plugins, int_tuple, load, make_draft, parse_k, shown,
                     verifier_names, verify_params)
-from speculative import DRAFTS, autoregressive_generate, round_for, speculative_generate
+from speculative import DRAFTS, autoregressive_generate, kept_and_tested, round_for, speculative_generate
 from verifiers import tree
 
 SETTINGS = {"t0": dict(temperature=0.0), "t0.8p0.95": dict(temperature=0.8, top_p=0.95), "t1.0": dict(temperature=1.0)}
@@ -184,7 +184,7 @@ def takes(params, K, draft=None):  # -> does the verifier of params (verify=...,
 def tests_of(rounds):
     """-> (K, kept, tested) of each round. rounds: (t, K, kept), or (t, K, kept, tested) as with_tests() makes them;
     without `tested`, a round that kept fewer than K tested one draft more and rejected it."""
-    return [(r[1], r[2], r[3] if len(r) > 3 else r[2] + (r[2] < r[1])) for r in rounds]
+    return [(r[1], r[2], r[3] if len(r) > 3 else kept_and_tested(r[2], r[1])[1]) for r in rounds]
 
 
 def with_tests(stats):  # -> the rounds of a Stats as (t, K, kept, tested): a round may stop without rejecting
@@ -214,8 +214,11 @@ def kept_histogram(rounds, K):
     theorem's rounds keep j < K drafts with probability alpha^j (1 - alpha), all K with alpha^K."""
     full = [r for r in rounds if r[1] == K]  # rounds cut short by the window or the end are left out
     counts = [sum(r[2] == j for r in full) for j in range(K + 1)]
-    a = alpha_from_rounds(full)
-    return counts, [a ** j * (1 - a) for j in range(K)] + [a ** K]
+    return counts, kept_law(alpha_from_rounds(full), K)
+
+
+def kept_law(a, K):  # Theorem 3.8's share of rounds that keep 0, 1, .., K drafts at acceptance a
+    return [a ** j * (1 - a) for j in range(K)] + [a ** K]
 
 
 def root_kept(rounds):
@@ -510,7 +513,8 @@ def suite_report(args, target, tmeta):
     autoregressive_generate(tgt, tasks["plays"][0][0], 16, generator=gen.manual_seed(0))
     keys = [(cat, st, col) for cat in tasks for st in args.settings for col in cols]
     tps = {key: [] for key in keys}
-    rounds, fwd, steps, divergence = ({key: [] for key in keys} for _ in range(4))
+    rounds, fwd, steps = ({key: [] for key in keys} for _ in range(3))
+    divergence = {}  # (category, setting, draft) -> where its first greedy output left plain greedy
     copies = {st: [] for st in args.settings}  # (repeated characters, share equal) of plain's outputs
     for rep in range(args.repeats):
         for cat, prompts in tasks.items():
@@ -534,9 +538,8 @@ def suite_report(args, target, tmeta):
                             rounds[cat, st, col] += with_tests(s)
                             steps[cat, st, col].append(steady(s.draft_times))
                             new = out[0, prompt.size(1):].tolist()
-                            if sampling["temperature"] == 0 and new != plain_out and not divergence[cat, st, col]:
-                                at = next((j for j, (a, b) in enumerate(zip(new, plain_out)) if a != b), len(new))
-                                divergence[cat, st, col].append(f"prompt {i + 1}, new token {at}")
+                            if sampling["temperature"] == 0 and new != plain_out:
+                                divergence.setdefault((cat, st, col), f"prompt {i + 1}, new token {follows(new, plain_out)[0]}")
                         seconds[col] += s.total_time
                         tokens[col] += s.new_tokens
                         fwd[cat, st, col].append(steady(s.target_times))
@@ -561,7 +564,7 @@ def suite_report(args, target, tmeta):
                          by_position=acceptance_by_position(r, 3), c=c, v=v,
                          with_v=predicted(alpha, K, c, v), kept_histogram=counts, theory_histogram=theory,
                          greedy_equal=None if SETTINGS[st]["temperature"] != 0 else (
-                             "yes" if not divergence[cat, st, col] else "no: first at " + divergence[cat, st, col][0])))
+                             "yes" if (cat, st, col) not in divergence else "no: first at " + divergence[cat, st, col])))
     print(f"target {shown(args.target)} ({target.num_params() / 1e6:.2f}M); drafts {', '.join(label.values())}; "
           f"K = {K}, {args.verify[0]}; {args.prompts} prompts per category x {args.max_new_tokens} new tokens, "
           f"{args.repeats} repeats; device {args.device}; {machine()}")
@@ -607,12 +610,9 @@ def suite_report(args, target, tmeta):
                   f"(another prompt's passage, by chance: {statistics.mean(chance):.0%})")
     for name in label.values():
         for st in args.settings:
-            r = [x for x in rows if x["draft"] == name and x["setting"] == st]
-            counts = [sum(x["kept_histogram"][j] for x in r) for j in range(K + 1)]
-            total = sum(counts)
-            a = alpha_from_rounds([y for cat in tasks for col in names if label[col] == name
-                                   for y in rounds[cat, st, col]])
-            theory = [a ** j * (1 - a) for j in range(K)] + [a ** K]
+            pooled = [y for cat in tasks for col in names if label[col] == name for y in rounds[cat, st, col]]
+            counts, a = kept_histogram(pooled, K)[0], alpha_from_rounds(pooled)
+            total, theory = sum(counts), kept_law(a, K)
             print(f"{st}, {name}: rounds that kept 0..{K} drafts, all categories: "
                   + " ".join(f"{c / total:.2f}" for c in counts) + f"; Theorem 3.8 at alpha {a:.3f}: "
                   + " ".join(f"{t:.2f}" for t in theory))

@@ -76,7 +76,7 @@ class Recorder:
             try:
                 result = one_round(target, draft, tokens, K, probs, generator)  # kept, or (kept, tested)
                 r = self.current
-                r.kept, r.tested = result if isinstance(result, tuple) else (result, result + (result < K))
+                r.kept, r.tested = speculative.kept_and_tested(result, K)
             finally:
                 self.rounds.append(self.current)
                 self.current = None

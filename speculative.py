@@ -316,6 +316,11 @@ class Verifier:
             target, draft, tokens, k, probs, generator, **bound)
 
 
+def kept_and_tested(result, K):
+    """A round's return value -> (drafts kept, drafts tested): a bare `kept` < K tested one more and rejected it."""
+    return result if isinstance(result, tuple) else (result, result + (result < K))
+
+
 # name -> Verifier. `import verifiers` adds the others here (one file each); this file imports nothing from them.
 # subtle: the lambda looks speculative_round up at each call, so a test's or notebook's patched round is run
 ROUNDS = {"tokenwise": Verifier(lambda *args: speculative_round(*args),
@@ -394,8 +399,7 @@ def speculative_generate(target, draft, idx, max_new_tokens, k=4, temperature=1.
         if K and hasattr(draft, "k_for"):  # a draft may propose fewer (drafts/suffix.py: none without a good match);
             K = draft.k_for(tokens, K)  # from the tokens so far only, as auto: still exact. K = 0: one plain step
         n_tgt, n_drf = len(tgt.forwards), len(drf.forwards)
-        kept = one_round(tgt, drf, tokens, K, probs, generator)
-        kept, tested = kept if isinstance(kept, tuple) else (kept, kept + (kept < K))  # see Verifier
+        kept, tested = kept_and_tested(one_round(tgt, drf, tokens, K, probs, generator), K)
         if auto:  # what this round measured: acceptance, and (tokens fed, seconds) of its forwards
             auto.update(K, kept, drf.forwards[n_drf:], tgt.forwards[n_tgt:])
         stats.rounds.append((t, K, kept))

@@ -122,12 +122,15 @@ class NGramDraft(TokenListCache):
         return history[-1]
 
     def next_logits(self, history):  # -> (V,) float64: log q
-        V, x = self.config.vocab_size, self.propose(history)
-        q = torch.full((V,), self.smoothing / V, dtype=torch.float64)
-        q[x] += 1.0 - self.smoothing
-        # subtle: a point mass as a large finite negative rather than -inf, so checks for finite logits pass;
-        # exp(-1e30 / temperature) is exactly 0 for any temperature above 1e-278
-        return torch.log(q).clamp(min=-1e30)
+        return point_mass(self.config.vocab_size, self.propose(history), self.smoothing)
+
+
+def point_mass(V, x, smoothing=0.0):  # -> (V,) float64: log of (1 - smoothing) onehot(x) + smoothing / V
+    q = torch.full((V,), smoothing / V, dtype=torch.float64)
+    q[x] += 1.0 - smoothing
+    # subtle: a point mass as a large finite negative rather than -inf, so checks for finite logits pass;
+    # exp(-1e30 / temperature) is exactly 0 for any temperature above 1e-278
+    return torch.log(q).clamp(min=-1e30)
 
 
 

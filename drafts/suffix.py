@@ -32,7 +32,7 @@ import numpy as np
 import torch
 
 import speculative
-from drafts.ngram import TokenListCache
+from drafts.ngram import TokenListCache, point_mass
 from model import GPTConfig
 from speculative import Drafter
 
@@ -144,9 +144,7 @@ class SuffixDraft(TokenListCache):
     def next_logits(self, history):  # -> (V,) float64: log q, a point mass on the path's first token
         path = self.path(history)
         x = path[0] if path else history[-1]  # asked without a path (a tree, a batch): repeat the last token
-        q = torch.zeros(self.config.vocab_size, dtype=torch.float64)
-        q[x] = 1.0
-        return torch.log(q).clamp(min=-1e30)  # finite, as the n-gram draft's (drafts/ngram.py)
+        return point_mass(self.config.vocab_size, x)
 
 
 class StackedDraft(torch.nn.Module):
