@@ -40,6 +40,13 @@ def test_the_datastore_finds_what_a_brute_force_search_finds():
         assert after == [i for i in range(m, len(corpus)) if corpus[i - m:i] == history[-m:]][:store.limit]
 
 
+def test_the_datastore_proposes_where_the_text_has_no_match_or_a_shorter_one():
+    d = SuffixDraft(10, min_match=2, corpus=[3, 5, 6, 7, 8, 9, 5, 6, 7, 4])
+    assert d.path([1, 5, 6]) == [7, 4]  # 5, 6 -> 7 twice (1), then 8 or 4 once each (1/2, the tie to the smaller id)
+    assert SuffixDraft(10, min_match=2, min_prob=0.0, corpus=[3, 5, 6, 7, 8, 9]).path([1, 5, 6]) == [7, 8, 9]
+    assert SuffixDraft(10, min_match=2, min_prob=0.0).path([1, 5, 6]) == []  # without the corpus: nothing
+
+
 @pytest.mark.parametrize("corpus", [None, [0, 1, 2, 0, 1, 1, 2, 0]])
 @pytest.mark.parametrize("k,sampling", [(2, dict(temperature=1.0)), (3, dict(temperature=0.7, top_k=2))])
 def test_suffix_rounds_of_varying_k_keep_the_output_exact(corpus, k, sampling, monkeypatch):
