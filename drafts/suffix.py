@@ -36,6 +36,8 @@ from drafts.ngram import TokenListCache, point_mass
 from model import GPTConfig
 from speculative import Drafter
 
+PATH_MAX = 64  # the longest path proposed: a round drafts at most this many tokens
+
 
 class Datastore:
     """A corpus indexed for exact suffix lookups: for each length m in `lengths`, every m-gram packed into one
@@ -90,23 +92,61 @@ class SuffixDraft(TokenListCache):
         self.store = None if corpus is None else Datastore(corpus, vocab_size, corpus_max_match)
         self.config = GPTConfig(block_size=2 ** 62, vocab_size=vocab_size, n_layer=0)  # no window: sees everything
         self.last = (None, [])  # (history as a tuple, its path): k_for and the first draft ask for the same one
+        self.grams, self.indexed = {}, []  # min_match-gram -> where it ends in `indexed`, the text indexed so far
 
     def num_params(self):
         return 0
 
     def matches(self, history):  # -> (match length, the continuations of every earlier occurrence) in the text
-        last, n, best, ends = history[-1], len(history), 0, []
-        for j in range(n - 2, -1, -1):  # j: an earlier position holding the last token
-            if history[j] != last:
-                continue
-            m = 1
-            while m < self.max_match and j - m >= 0 and history[j - m] == history[n - 1 - m]:
-                m += 1
-            if m > best:
-                best, ends = m, [j]
-            elif m == best:
-                ends.append(j)
-        return best, [history[j + 1:] for j in ends]
+        """The longest earlier match of the text's suffix (at most max_match tokens), found through an index of the
+        text's min_match-grams kept up to date as tokens come and go, so a search costs the few earlier copies of
+        its last min_match tokens, not a pass over the text. A match shorter than min_match is (0, []): it
+        proposes nothing. matches_naive is the same search written as a scan; the tests hold them equal."""
+        n, m0 = len(history), self.min_match
+        self.index_up_to(history)
+        if n <= m0:
+            return 0, []
+        earlier = [j for j in self.grams.get(tuple(history[n - m0:]), ()) if j <= n - 2]  # (n - 1: the suffix itself)
+        return self.longest(history, reversed(earlier), m0)
+
+    def index_up_to(self, history):
+        """Bring the index of min_match-grams (gram -> the positions where it ends, increasing) to `history`: drop
+        the positions past the part it shares with the text indexed so far (a crop, a new call), add the new ones."""
+        same, old = 0, self.indexed
+        if len(history) >= len(old) and history[:len(old)] == old:
+            same = len(old)
+        else:
+            while same < min(len(old), len(history)) and old[same] == history[same]:
+                same += 1
+        m0 = self.min_match
+        for j in range(len(old) - 1, max(same, m0 - 1) - 1, -1):  # forget, newest first: each is its list's last
+            self.grams[tuple(old[j - m0 + 1:j + 1])].pop()
+        for j in range(max(same, m0 - 1), len(history)):
+            self.grams.setdefault(tuple(history[j - m0 + 1:j + 1]), []).append(j)
+        if same == len(old):
+            old += history[same:]
+        else:
+            self.indexed = list(history)
+
+    def matches_naive(self, history):  # the reference for matches(): every earlier position, one scan
+        n = len(history)
+        return self.longest(history, [j for j in range(n - 2, -1, -1) if history[j] == history[-1]], 1)
+
+    def longest(self, history, ends, m):
+        """Of the earlier positions `ends` (newest first) whose last m tokens equal the text's, the ones whose match
+        extends furthest (at most max_match) -> (that length, the text after each), or (0, []) below min_match."""
+        n, best, out = len(history), 0, []
+        for j in ends:
+            length = m
+            while length < self.max_match and j - length >= 0 and history[j - length] == history[n - 1 - length]:
+                length += 1
+            if length > best:
+                best, out = length, [j]
+            elif length == best:
+                out.append(j)
+        if best < self.min_match:
+            return 0, []
+        return best, [history[j + 1:j + 1 + PATH_MAX] for j in out]
 
     def path(self, history):
         """-> the proposed tokens for this history: the walk along the most frequent continuation of the longest
@@ -118,7 +158,7 @@ class SuffixDraft(TokenListCache):
         if self.store is not None:
             m2, after = self.store.lookup(history, self.min_match)
             if m2 > m:
-                m, conts = m2, [self.store.ids[a:a + 64].tolist() for a in after]
+                m, conts = m2, [self.store.ids[a:a + PATH_MAX].tolist() for a in after]
         out, prob = [], 1.0
         if m >= self.min_match:
             while True:
@@ -153,6 +193,8 @@ class StackedDraft(torch.nn.Module):
     the draft token is drawn from the very q the round tests: lossless. The model draft is fed lazily: only when
     it must answer, in one forward over the tokens it has not seen, so suffix positions cost no model step.
     Chains only (a tree's positions would need the model for every node)."""
+
+    chains_only = True  # verifiers/tree.py's trees are refused up front (speculative_generate)
 
     def __init__(self, suffix, model):
         super().__init__()

@@ -27,6 +27,21 @@ def test_the_path_follows_the_longest_match_and_its_most_frequent_continuation()
     assert SuffixDraft(20, min_match=1, min_prob=0.0).k_for([1, 2, 9, 1, 2], 1) == 1  # at most K
 
 
+def test_the_indexed_search_equals_the_scan_as_the_text_grows_and_is_cropped():
+    rng = random.Random(1)
+    d = SuffixDraft(3, min_match=2, max_match=7)  # three tokens: many matches of every length
+    history = []
+    for step in range(400):
+        if rng.random() < 0.15 and history:  # a rejection: the text loses its last few tokens
+            del history[-rng.randrange(1, min(6, len(history)) + 1):]
+        else:
+            history.append(rng.randrange(3))
+        if history:
+            assert d.matches(list(history)) == d.matches_naive(history), step
+    fresh = SuffixDraft(3, min_match=2, max_match=7)  # and a history that is not the last one's continuation
+    assert fresh.matches(history) == d.matches_naive(history) and fresh.matches([1, 1, 1]) == d.matches_naive([1, 1, 1])
+
+
 def test_the_datastore_finds_what_a_brute_force_search_finds():
     rng = random.Random(0)
     corpus = [rng.randrange(4) for _ in range(3000)]
