@@ -240,6 +240,12 @@ def make_draft(args, name, target):  # -> speculative.DRAFTS[name] built for thi
     max_k = getattr(draft, "max_k", None)  # a draft that caps K (drafts/medusa.py: one token per head)
     if max_k and isinstance(args.k, int) and args.k > max_k:  # (bench.py's list of K leaves those rows out)
         raise SystemExit(f"--draft {name} proposes at most {max_k} tokens per round: pass --k {max_k} or less, or --k auto")
+    verify = getattr(args, "verify", "tokenwise")
+    for v in (verify if isinstance(verify, list) else [verify]):  # bench.py takes several
+        if ROUNDS[v].trees and getattr(draft, "chains_only", False):
+            raise SystemExit(f"--draft {name} drafts chains, not trees: use --verify tokenwise or block, not {v}")
+    if getattr(args, "batch", 0) and not hasattr(draft, "reset_row_cache"):  # engine/batched.py's per-row cache
+        raise SystemExit(f"--draft {name} drafts one sequence at a time (it has no per-row cache): drop --batch")
     if getattr(args, "batch", 0) and isinstance(draft, ReadsTarget):
         raise SystemExit(f"--draft {name} reads the target's features one sequence at a time: drop --batch")
     return draft

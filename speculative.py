@@ -296,6 +296,7 @@ class Verifier:
     lossless: bool = True  # False: the output is NOT the target's distribution, and the scripts say so
     check: callable = None  # check(**params) raises ValueError with a message for bad values
     auto_k: bool = True  # False: refuse k="auto" (AutoK models token-wise rounds, Theorem 3.8)
+    trees: bool = False  # True: the draft is fed trees (pos, mask); a draft with chains_only = True is refused
     doc: str = ""  # one line for --help
     help: dict = field(default_factory=dict)  # parameter name -> one line for its flag's --help
 
@@ -381,6 +382,9 @@ def speculative_generate(target, draft, idx, max_new_tokens, k=4, temperature=1.
     tokens = check_inputs(target, draft, idx, max_new_tokens, k, temperature, top_k, top_p, stop)
     first_new = len(tokens)
     one_round = round_for(verify, k, **verify_params)
+    if ROUNDS[verify].trees and getattr(draft, "chains_only", False):  # before any token: nothing is lost
+        raise ValueError(f"verify={verify!r} feeds the draft trees of tokens, but this draft ({type(draft).__name__}) "
+                         "drafts chains, not trees: use verify='tokenwise' or 'block'")
     setting = (verify, tuple(sorted(verify_params.items())), temperature, top_k, top_p)  # acceptance depends on it
     auto = AutoK.remembered(target, draft, idx.device, setting) if k == "auto" else (  # starts from earlier calls
         k if isinstance(k, AutoK) else None)

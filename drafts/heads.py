@@ -42,6 +42,8 @@ class ReadsTarget(nn.Module):
     """What both drafts share: the draft cache interface over the window's token ids, and the target's features
     known for them. The target is held outside the module tree: the head's state_dict holds the head alone."""
 
+    chains_only = True  # verifiers/tree.py's trees are refused up front (speculative_generate)
+
     def __init__(self, target):
         super().__init__()
         if not isinstance(target, GPT):
