@@ -5,6 +5,7 @@ Train the target and the draft model of a speculative-sampling pair on a small c
     python train_draft.py --preset reference --role target   # the shipped target's recipe, in runs/reference/
     python train_draft.py --role draft --distill 1.0     # a draft trained on the target's distributions
     python train_draft.py --head eagle --target checkpoints/target.pt   # a head that reads the target, runs/heads/
+    python train_draft.py --parallel 8 --init checkpoints/draft.pt       # a draft of 8 tokens per forward (PARD)
 
 Checkpoints go to runs/<preset>/ unless --out_dir says otherwise; the shipped pair (checkpoints/target.pt and
 checkpoints/draft.pt) is never overwritten unless --overwrite_shipped is given.
@@ -24,6 +25,11 @@ head learns from them: EAGLE the next feature (smooth L1) and the target's next-
 cross-entropy), over 2 drafting steps; Medusa head i the target's distribution i places later. The validation
 line estimates alpha at T=1 per draft position (1 - TV against the target, teacher-forced).
 
+--parallel K adapts an autoregressive draft (--init) into one that proposes K tokens in one forward through mask
+tokens (drafts/parallel.py, PARD): the real tokens' rows keep the initial draft's distributions (total variation
+to it), the masks learn the tokens 2..K places later (cross-entropy on the corpus); the validation line gives the
+cross-entropy per draft position. It writes OUT_DIR/parallel.pt.
+
 What it leaves out: multi-GPU (DDP), gradient accumulation, and datasets bigger than memory-mapped uint16.
 """
 
@@ -38,7 +44,8 @@ from torch.nn import functional as F
 
 import data
 import drafts  # noqa: F401  (registers the heads' kinds in drafts.heads.KINDS)
-from drafts import heads
+from drafts import heads, parallel
+from drafts.parallel import SHIPPED_PARALLEL
 from engine.cpu import add_threads_argument, use_threads
 from model import GPT, SHIPPED, GPTConfig, load_checkpoint, save_checkpoint
 
@@ -67,6 +74,8 @@ PRESETS = {
                       max_iters=3000, lr=1e-3, min_lr=1e-4, warmup_iters=100, eval_interval=250, patience=3),
     },
 }
+PARALLEL = dict(batch_size=16, max_iters=1500, lr=1e-3, min_lr=1e-4, warmup_iters=50, eval_interval=250,
+                anchors=32)  # --parallel: the recipe of checkpoints/parallel.pt; anchors: mask blocks per window
 HEADS = {  # --head: the recipes of the shipped heads (checkpoints/eagle.pt, checkpoints/medusa.pt)
     "eagle": dict(n_layer=1, batch_size=16, max_iters=1500, lr=1e-3, min_lr=1e-4, warmup_iters=50, eval_interval=250,
                   head_pool=4096),
@@ -94,6 +103,9 @@ def get_args(argv=None):
         ap.add_argument(f"--{name}", type=typ, default=None, help=f"override the preset's {name}")
     ap.add_argument("--head", choices=sorted(HEADS), default=None,
                     help="train a draft that reads the target (drafts/) on --target's features, the target frozen")
+    ap.add_argument("--parallel", type=int, default=None,
+                    help="train a parallel draft (PARD) proposing this many tokens per forward, from --init's draft")
+    ap.add_argument("--anchors", type=int, default=None, help="with --parallel: mask blocks per training window")
     ap.add_argument("--n_heads", type=int, default=None, help="with --head medusa: heads (the longest K)")
     ap.add_argument("--head_pool", type=int, default=None, help="with --head: corpus windows whose features are kept")
     ap.add_argument("--eval_iters", type=int, default=20, help="batches per validation estimate")
@@ -118,6 +130,18 @@ def get_args(argv=None):
     if args.head_pool is not None and args.head_pool < 1:
         ap.error("--head_pool must be at least 1")
     args.data_dir = args.data_dir or data.DATA_DIR
+    if args.parallel is not None:
+        if args.parallel < 2:
+            ap.error(f"--parallel K: K is the tokens one forward proposes, at least 2 (got {args.parallel})")
+        if args.head:
+            ap.error("--parallel trains a draft model of its own, --head one that reads the target: choose one")
+        if args.anchors is not None and args.anchors < 1:
+            ap.error("--anchors must be at least 1")
+        args.out_dir = args.out_dir or os.path.join("runs", args.preset)
+        if os.path.abspath(os.path.join(args.out_dir, "parallel.pt")) == SHIPPED_PARALLEL and not args.overwrite_shipped:
+            ap.error(f"--out_dir {args.out_dir} would overwrite the shipped parallel.pt: train into a folder of your "
+                     f"own (the default, runs/{args.preset}/), or add --overwrite_shipped to replace it")
+        return args
     if args.head:
         args.out_dir = args.out_dir or os.path.join("runs", "heads")
         path = os.path.join(args.out_dir, f"{args.head}.pt")
@@ -182,6 +206,16 @@ def get_batch(ids, block_size, batch_size, generator, device):  # -> x, y (B, T)
     return x.to(device), y.to(device)
 
 
+def load_for_run(path, device, tok, flag="--init"):  # -> (model, meta) of this run's tokenizer, or one line
+    try:
+        model, meta = load_checkpoint(path, device)
+    except (FileNotFoundError, ValueError) as e:
+        raise SystemExit(f"{flag}: {e}") from e
+    if meta.get("tokenizer") != tok.meta:
+        raise SystemExit(f"{flag} {path} was trained with another tokenizer than this run's corpus/tokenizer")
+    return model, meta
+
+
 def train_one(role, args, splits, tok, corpus_desc):
     h = dict(DEFAULTS, **PRESETS[args.preset][role])
     h.update({k: getattr(args, k) for k in DEFAULTS if getattr(args, k) is not None})
@@ -205,12 +239,7 @@ def train_one(role, args, splits, tok, corpus_desc):
                        n_head=h["n_head"], n_embd=h["n_embd"], dropout=h["dropout"], bias=True)
     model = GPT(config).to(device)
     if args.init and not args.resume:
-        try:
-            init, imeta = load_checkpoint(args.init, device)
-        except (FileNotFoundError, ValueError) as e:
-            raise SystemExit(f"--init: {e}") from e
-        if imeta.get("tokenizer") != tok.meta:
-            raise SystemExit(f"--init {args.init} was trained with another tokenizer than this run's corpus/tokenizer")
+        init, _ = load_for_run(args.init, device, tok)
         if init.config != config:
             raise SystemExit(f"--init {args.init}: its shape {init.config} differs from this run's {config}; "
                              "pass the same --n_layer/--n_head/--n_embd/--block_size (or the preset it was trained with)")
@@ -317,12 +346,7 @@ def train_head(args, splits, tok, corpus_desc):
     """--head: train an EagleDraft or MedusaDraft on the frozen target's features (module docstring)."""
     device = autodetect_device(args.device)
     tpath = args.target or os.path.join(args.out_dir, "target.pt")
-    try:
-        target, tmeta = load_checkpoint(tpath, device)
-    except (FileNotFoundError, ValueError) as e:
-        raise SystemExit(f"--target: {e}") from e
-    if tmeta.get("tokenizer") != tok.meta:
-        raise SystemExit(f"{tpath} was trained with another tokenizer than this run's corpus/tokenizer")
+    target, _ = load_for_run(tpath, device, tok, "--target")
     target.requires_grad_(False)
     h = dict(HEADS[args.head])
     h.update({k: getattr(args, k) for k in h if getattr(args, k, None) is not None})
@@ -353,25 +377,92 @@ def train_head(args, splits, tok, corpus_desc):
         head.train()
         return [a / args.eval_iters for a in sums]
 
-    from tqdm import tqdm
-    head.train()
-    elapsed, t_last = 0.0, time.time()
-    bar = tqdm(range(h["max_iters"]), desc=args.head, mininterval=5, dynamic_ncols=True)
-    for it in bar:
+    def batch_loss():
         pick = torch.randint(len(train_x), (h["batch_size"],), generator=gen)
-        loss, _ = loss_fn(train_x[pick], train_f[pick])
-        step(optimizer, loss, lr_at(it, h), head.parameters(), args.grad_clip)
+        return loss_fn(train_x[pick], train_f[pick])[0]
+
+    def at_eval(it, elapsed):  # -> the line to print
+        alphas = evaluate()
+        heads.save(path, head, {"target": os.path.basename(tpath), "tokenizer": tok.meta, "corpus": corpus_desc,
+                                "iter": it, "val_alpha": alphas, "hparams": h,
+                                "seed": args.seed, "device": device, "train_seconds": round(elapsed, 1)})
+        return (f"[{args.head}] iter {it}: val alpha (T=1, teacher-forced) by draft position "
+                f"{', '.join(f'{a:.3f}' for a in alphas)}, {elapsed / 60:.1f} min -> {path}")
+
+    head.train()
+    run_steps(head, optimizer, h, args.grad_clip, args.head, batch_loss, at_eval)
+    return path
+
+
+def run_steps(module, optimizer, h, grad_clip, desc, batch_loss, at_eval):
+    """h's schedule (max_iters, eval_interval, lr, ...) of steps on batch_loss(); at every eval_interval and at the
+    end, at_eval(iterations done, seconds of training) evaluates, saves and returns the line to print."""
+    from tqdm import tqdm
+    elapsed, t_last = 0.0, time.time()
+    bar = tqdm(range(h["max_iters"]), desc=desc, mininterval=5, dynamic_ncols=True)
+    for it in bar:
+        loss = batch_loss()
+        step(optimizer, loss, lr_at(it, h), module.parameters(), grad_clip)
         now = time.time()
         elapsed += now - t_last
         bar.set_postfix(loss=f"{loss.item():.3f}", refresh=False)
         if (it + 1) % h["eval_interval"] == 0 or it + 1 == h["max_iters"]:
-            alphas = evaluate()
-            heads.save(path, head, {"target": os.path.basename(tpath), "tokenizer": tok.meta, "corpus": corpus_desc,
-                                    "iter": it + 1, "val_alpha": alphas, "hparams": h,
-                                    "seed": args.seed, "device": device, "train_seconds": round(elapsed, 1)})
-            bar.write(f"[{args.head}] iter {it + 1}: val alpha (T=1, teacher-forced) by draft position "
-                      f"{', '.join(f'{a:.3f}' for a in alphas)}, {elapsed / 60:.1f} min -> {path}")
+            bar.write(at_eval(it + 1, elapsed))
         t_last = time.time()  # evaluation time is not training time
+
+
+def train_parallel(args, splits, tok, corpus_desc):
+    """--parallel K: a ParallelDraft's model (drafts/parallel.py), widened from --init's draft (module docstring)."""
+    device, k = autodetect_device(args.device), args.parallel
+    h = dict(PARALLEL)
+    h.update({key: getattr(args, key) for key in h if getattr(args, key, None) is not None})
+    torch.manual_seed(args.seed)
+    teacher = None
+    if args.init:
+        teacher, imeta = load_for_run(args.init, device, tok)
+        if "parallel" in imeta:
+            raise SystemExit(f"--init {args.init} is a parallel draft already; start from an autoregressive draft")
+        teacher.requires_grad_(False)
+        model = parallel.widen(teacher, k).to(device)
+    else:  # no draft to adapt: the preset's draft shape, from scratch
+        d = dict(DEFAULTS, **PRESETS[args.preset]["draft"])
+        model = GPT(GPTConfig(block_size=d["block_size"], vocab_size=tok.vocab_size + 1, n_layer=d["n_layer"],
+                              n_head=d["n_head"], n_embd=d["n_embd"], bias=True)).to(device)
+    T = model.config.block_size
+    if min(len(splits[0]), len(splits[1])) <= T + 1 or T < k + 1:
+        raise SystemExit(f"--parallel {k}: the windows ({T} tokens) must hold K + 1 tokens and fit the corpus")
+    optimizer = adamw(model, h["lr"], args.weight_decay)
+    gen = torch.Generator().manual_seed(args.seed)
+    path = os.path.join(args.out_dir, "parallel.pt")
+
+    def windows(ids, g):  # -> (B, T+1) corpus windows, and anchors (A,) with a + k <= T, sorted
+        x, y = get_batch(ids, T, h["batch_size"], g, device)
+        anchors = torch.randperm(T - k + 1, generator=g)[:h["anchors"]].sort().values
+        return torch.cat([x, y[:, -1:]], 1), anchors
+
+    @torch.no_grad()
+    def evaluate():  # -> cross-entropy per draft position on validation windows (the same ones every time)
+        model.eval()
+        g, sums = torch.Generator().manual_seed(0), None
+        for _ in range(args.eval_iters):
+            _, ces = parallel.loss(model, None, *windows(splits[1], g), k)
+            sums = ces if sums is None else [a + b for a, b in zip(sums, ces)]
+        model.train()
+        return [s / args.eval_iters for s in sums]
+
+    def at_eval(it, elapsed):  # -> the line to print
+        ces = evaluate()
+        save_checkpoint(path, model, {"tokenizer": tok.meta, "corpus": corpus_desc, "role": "parallel draft",
+                                      "parallel": k, "init": args.init, "iter": it, "val_ce_by_position": ces,
+                                      "hparams": h, "seed": args.seed, "device": device,
+                                      "train_seconds": round(elapsed, 1)}, dtype=torch.float16)
+        return (f"[parallel] iter {it}: val cross-entropy by draft position "
+                f"{', '.join(f'{c:.3f}' for c in ces)}, {elapsed / 60:.1f} min -> {path}")
+
+    print(f"[parallel] {model.num_params() / 1e6:.2f}M params, K = {k}, from {args.init or 'scratch'}, {h}, device {device}")
+    model.train()
+    run_steps(model, optimizer, h, args.grad_clip, "parallel",
+              lambda: parallel.loss(model, teacher, *windows(splits[0], gen), k)[0], at_eval)
     return path
 
 
@@ -383,6 +474,8 @@ def main(argv=None):
           f"tokenizer {tok.kind}, vocab {tok.vocab_size}")
     if args.head:
         return train_head(args, (train_ids, val_ids), tok, desc)
+    if args.parallel:
+        return train_parallel(args, (train_ids, val_ids), tok, desc)
     roles = ["target", "draft"] if args.role == "both" else [args.role]
     other = {"target": "draft", "draft": "target"}
     for role in roles:  # the pair must share a tokenizer: refuse to train half of a mismatched pair

@@ -140,3 +140,16 @@ def check_tree_against_full_forwards(cached_model, reference, seed, vocab_size=1
 def gpt_pair():
     """(target, draft): two small random GPTs sharing a vocabulary of 5, block_size 8."""
     return random_gpt(0), random_gpt(1, n_layer=1, n_embd=8, n_head=1)
+
+
+def tiny_training(tmp_path, roles="target"):
+    """Train a 1-layer model of `roles` (target, draft or both) for 2 steps on a tiny corpus in tmp_path.
+    -> the flags that point later train_draft.py runs at the same corpus, cache and folder."""
+    import train_draft
+    corpus = tmp_path / "tiny.txt"
+    corpus.write_text("to be or not to be, that is the question.\n" * 60)
+    common = ["--corpus", str(corpus), "--data_dir", str(tmp_path / "data"), "--out_dir", str(tmp_path),
+              "--block_size", "16", "--batch_size", "4", "--eval_iters", "2", "--threads", "1"]
+    train_draft.main(["--role", roles, "--n_layer", "1", "--n_head", "2", "--n_embd", "16", "--max_iters", "2",
+                      "--eval_interval", "2", *common])
+    return common

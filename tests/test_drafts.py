@@ -59,3 +59,27 @@ def test_a_fresh_draft_fits_any_gpt_target_and_greedy_equals_plain_greedy(name, 
     plain, _ = autoregressive_generate(target, idx, 12, temperature=0)
     spec, _ = speculative_generate(target, draft, idx, 12, k=3, temperature=0)
     assert spec.tolist() == plain.tolist()
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_a_fresh_draft_of_every_kind_passes_chi_square_on_a_real_gpt_across_the_window_slide(name):
+    """2,000 samples of 3 tokens after a prompt of 6 (block_size 8: the window slides at position 8) against the
+    exact target joint. False-alarm rate 1e-3 per draft (one chi-square test at its 0.999 quantile; fixed seed)."""
+    from tests.test_statistics import chi2_critical, chi_square, exact_joint, sample_continuations
+    target = random_gpt(4, vocab_size=5, block_size=8, n_layer=1, n_head=2, n_embd=16)
+    prompt, n, N = [1, 4, 2, 0, 3, 1], 3, 2000
+    counts = sample_continuations(target, DRAFTS[name].fresh(target), prompt, n, N, seed=5, k=2)
+    stat, df = chi_square(counts, exact_joint(target, prompt, n), N)
+    assert stat < chi2_critical(df, 1e-3), f"{name}: chi-square {stat:.1f} with {df} dof"
+
+
+@pytest.mark.parametrize("name", ["ngram", "parallel"])
+def test_that_chi_square_catches_resampling_from_p_with_these_drafts(name, monkeypatch):
+    """The check above can fail: with the residual replaced by p (a planted bug), the same samples are rejected."""
+    from tests.test_statistics import chi2_critical, chi_square, exact_joint, sample_continuations
+    monkeypatch.setattr(speculative, "residual", lambda p, q: p)
+    target = random_gpt(4, vocab_size=5, block_size=8, n_layer=1, n_head=2, n_embd=16)
+    prompt, n, N = [1, 4, 2, 0, 3, 1], 3, 2000
+    counts = sample_continuations(target, DRAFTS[name].fresh(target), prompt, n, N, seed=5, k=2)
+    stat, df = chi_square(counts, exact_joint(target, prompt, n), N)
+    assert stat > chi2_critical(df, 1e-3), f"{name}: chi-square {stat:.1f} with {df} dof: the bug went unnoticed"

@@ -17,7 +17,7 @@ import speculative
 import train_draft
 import verifiers  # noqa: F401  (registers verify="block")
 from speculative import autoregressive_generate, speculative_generate
-from tests.conftest import random_gpt
+from tests.conftest import random_gpt, tiny_training
 from tests.test_exact_enumeration import assert_same_distribution, enumerate_branches, target_joint
 from tests.test_statistics import chi2_critical, chi_square, exact_joint, sample_continuations
 
@@ -194,12 +194,7 @@ def test_load_refuses_a_head_trained_for_another_target(tmp_path):
 @pytest.mark.parametrize("kind", ["eagle", "medusa"])
 def test_training_a_head_on_a_tiny_corpus(kind, tmp_path, capsys):
     """train_draft.py --head trains the head only, the target frozen, and writes a loadable checkpoint."""
-    corpus = tmp_path / "tiny.txt"
-    corpus.write_text("to be or not to be, that is the question.\n" * 60)
-    common = ["--corpus", str(corpus), "--data_dir", str(tmp_path / "data"), "--out_dir", str(tmp_path),
-              "--block_size", "16", "--batch_size", "4", "--eval_iters", "2", "--threads", "1"]
-    train_draft.main(["--role", "target", "--n_layer", "1", "--n_head", "2", "--n_embd", "16", "--max_iters", "2",
-                      "--eval_interval", "2", *common])
+    common = tiny_training(tmp_path)
     target_path = str(tmp_path / "target.pt")
     before = torch.load(target_path, weights_only=True)["state_dict"]
     train_draft.main(["--head", kind, "--target", target_path, "--max_iters", "6", "--eval_interval", "3",
