@@ -234,6 +234,15 @@ def steady(times):
     return statistics.mean(times[1:]) if len(times) > 1 else float("nan")
 
 
+def draft_time_per_round(stats):
+    """Seconds of the draft's calls per round that drafted, after the first round (which reads the prompt): K calls
+    for a token-by-token draft, one forward and K - 1 answers from it for drafts/parallel.py. Window slides stay in."""
+    drafting = [K for _, K, _ in stats.rounds if K]
+    if len(drafting) < 2:
+        return float("nan")
+    return sum(stats.draft_times[drafting[0]:]) / (len(drafting) - 1)
+
+
 def expected_tokens(alpha, K):  # Theorem 3.8's tokens per round: (1 - a^(K+1)) / (1 - a), K + 1 at a = 1
     return (K + 1) if alpha >= 1 else (1 - alpha ** (K + 1)) / (1 - alpha)
 
@@ -338,6 +347,7 @@ def main(argv=None):
         tps, rounds, fwd = {col: [] for col in cols}, {col: [] for col in cols}, {col: [] for col in cols}
         calls = {col: 0 for col in cols}
         draft_step = {}  # (decoder, variant) -> seconds of its draft steps
+        per_round = {}  # (decoder, variant, K) -> seconds of draft calls per round
         for rep in range(args.repeats):
             # interleaved as finely as possible: each prompt runs plainly, then with every K (and every variant and
             # decoder), before the next prompt, so a slow spell of a shared machine hits all of them alike
@@ -351,6 +361,7 @@ def main(argv=None):
                         s = run(speculative_generate, t, drafts[dec, v], prompt, args.max_new_tokens, k=K,
                                 seed=1000 * rep + i, **sampling, **variants[v][2])
                         draft_step.setdefault((dec, v), []).append(steady(s.draft_times))
+                        per_round.setdefault((dec, v, K), []).append(draft_time_per_round(s))
                     seconds[dec, v, K] += s.total_time
                     tokens[dec, v, K] += s.new_tokens
                     fwd[dec, v, K].append(steady(s.target_times))
@@ -372,6 +383,7 @@ def main(argv=None):
                              speedup=spec / plain, alpha=alpha, root_kept=root_kept(rounds[dec, v, K]),
                              tokens_per_call=emitted / calls[dec, v, K], c=c, v=vv,
                              k_median=K_pred, k_min=ks[0], k_max=ks[-1], ideal=predicted(alpha, K_pred, c),
+                             draft_ms_per_round=statistics.median(per_round[dec, v, K]) * 1e3,
                              with_v=predicted(alpha, K_pred, c, vv), repeat_tps=tps[dec, v, K]))
 
     print(f"target {shown(args.target)} ({target.num_params() / 1e6:.2f}M), "
@@ -397,6 +409,13 @@ def main(argv=None):
                    f"auto / it on the others = {ratio:.0%}")
         print(f"{auto['setting']}, {auto['variant']}, {auto['decoder']}: auto {auto['speedup']:.2f}x (K per round: median {auto['k_median']}, "
               f"{auto['k_min']}..{auto['k_max']}){vs}")
+    for group in dict.fromkeys((r["setting"], r["variant"], r["decoder"]) for r in rows):
+        fixed = [r for r in rows if (r["setting"], r["variant"], r["decoder"]) == group and r["K"] != "auto"]
+        if len(fixed) >= 2:  # flat in K for a draft that proposes a round in one forward (drafts/parallel.py)
+            lo, hi = fixed[0], fixed[-1]
+            print(f"{', '.join(group)}: draft time per round "
+                  + ", ".join(f"K={r['K']} {r['draft_ms_per_round']:.2f} ms" for r in fixed)
+                  + f"; K={hi['K']} / K={lo['K']} = {hi['draft_ms_per_round'] / lo['draft_ms_per_round']:.2f}")
     for label, cross in dict((label, d) for label, d, _ in variants if isinstance(d, CrossVocabDraft)).items():
         for name in args.settings:  # on the held-out prompts themselves: what the shared tokens could win
             mass = statistics.mean(shared_mass(target, p[0].tolist(), 1, cross.target_ids, **SETTINGS[name])
