@@ -211,9 +211,9 @@ def load(path, target):
     return ParallelDraft(model, meta["parallel"])
 
 
-def make(target, parallel_ckpt=SHIPPED_PARALLEL):
+def make(target, parallel_ckpt=""):  # "": the shipped checkpoints/parallel.pt
     from engine.fast import with_decoder  # the model runs in the fast decoder, as the scripts run drafts
-    draft = load(parallel_ckpt, target)
+    draft = load(parallel_ckpt or SHIPPED_PARALLEL, target)
     draft.model = with_decoder("fast", None, draft.model)[1] if draft.model.config.bias else draft.model
     return draft.eval()
 
@@ -226,6 +226,7 @@ def untrained(target, max_k=8):  # -> a one-layer parallel draft with seeded ran
 
 
 speculative.DRAFTS["parallel"] = Drafter(
-    make, dict(parallel_ckpt=SHIPPED_PARALLEL), untrained=untrained,
+    make, dict(parallel_ckpt=""), untrained=untrained,
     doc="a draft that proposes the round's K tokens in one forward through mask tokens (PARD): lossless",
-    help=dict(parallel_ckpt="with --draft parallel: its checkpoint (train_draft.py --parallel K writes one)"))
+    help=dict(parallel_ckpt="with --draft parallel: its checkpoint (train_draft.py --parallel K writes one); "
+                            "'': the shipped checkpoints/parallel.pt"))
