@@ -112,21 +112,20 @@ class SuffixDraft(TokenListCache):
     def index_up_to(self, history):
         """Bring the index of min_match-grams (gram -> the positions where it ends, increasing) to `history`: drop
         the positions past the part it shares with the text indexed so far (a crop, a new call), add the new ones."""
-        same, old = 0, self.indexed
-        if len(history) >= len(old) and history[:len(old)] == old:
-            same = len(old)
+        old, common = self.indexed, min(len(self.indexed), len(history))
+        if old[:common] == history[:common]:  # the usual cases, compared at C speed: more tokens, or a crop
+            same = common
         else:
-            while same < min(len(old), len(history)) and old[same] == history[same]:
+            same = 0
+            while same < common and old[same] == history[same]:
                 same += 1
         m0 = self.min_match
         for j in range(len(old) - 1, max(same, m0 - 1) - 1, -1):  # forget, newest first: each is its list's last
             self.grams[tuple(old[j - m0 + 1:j + 1])].pop()
         for j in range(max(same, m0 - 1), len(history)):
             self.grams.setdefault(tuple(history[j - m0 + 1:j + 1]), []).append(j)
-        if same == len(old):
-            old += history[same:]
-        else:
-            self.indexed = list(history)
+        del old[same:]
+        old.extend(history[same:])
 
     def matches_naive(self, history):  # the reference for matches(): every earlier position, one scan
         n = len(history)
@@ -189,10 +188,13 @@ class SuffixDraft(TokenListCache):
 
 class StackedDraft(torch.nn.Module):
     """The suffix draft where it has a path, a model draft elsewhere (--suffix_over checkpoints/draft.pt): the
-    engines' "suffix with a fallback". Each position's q is one or the other, decided from the tokens it sees, so
-    the draft token is drawn from the very q the round tests: lossless. The model draft is fed lazily: only when
-    it must answer, in one forward over the tokens it has not seen, so suffix positions cost no model step.
-    Chains only (a tree's positions would need the model for every node)."""
+    engines' "suffix with a fallback". Decided once per round: k_for (speculative_generate calls it before every
+    round) looks up the suffix path of the text so far; the round's first drafts follow it (point masses, so each
+    drafted token is the path's), and the model drafts the rest of the round, or all of it where there is no path.
+    Every q is fixed by the tokens before it, and the draft token is drawn from it: lossless. The model draft is fed
+    lazily, in one forward over the tokens it has not seen, so path positions cost no model step, and a round
+    without a path costs one search, not one per position. Without k_for (a caller of its own) each position asks
+    the suffix draft. Chains only (a tree's positions would need the model for every node)."""
 
     chains_only = True  # verifiers/tree.py's trees are refused up front (speculative_generate)
 
@@ -201,12 +203,13 @@ class StackedDraft(torch.nn.Module):
         self.suffix, self.model = suffix, model
         self.config = model.config  # the model's window: speculative.CachedModel slides it as the model's
         self.seen = []
+        self.round = None  # [the round's suffix path, drafts answered so far], set by k_for
 
     def num_params(self):
         return self.model.num_params()
 
     def reset_cache(self, batch_size=1):
-        self.seen = []
+        self.seen, self.round = [], None
         self.model.reset_cache()
 
     @property
@@ -217,16 +220,24 @@ class StackedDraft(torch.nn.Module):
         del self.seen[n:]
         self.model.crop(min(n, self.model.cache_len))
 
+    def k_for(self, tokens, K):  # a round starts: its suffix path, from the whole text so far
+        self.round = [self.suffix.path(tokens), 0]
+        return K
+
     def forward(self, idx, targets=None, use_cache=False, pos=None, mask=None, **rows):  # -> (logits (1, T, V), None)
         if pos is not None or not use_cache:
             raise ValueError("--suffix_over drafts chains through its cache (token-wise or block verification), not trees")
-        self.seen += idx[0].tolist()
-        path = self.suffix.path(self.seen)
-        if path:
-            row = self.suffix.next_logits(self.seen)
+        self.seen.extend(idx[0].tolist())  # (extend: no nn.Module attribute write on the hot path)
+        if self.round is not None:  # the round's i-th draft: the path's i-th token while the path lasts
+            path, i = self.round
+            self.round[1] += 1
+            row = point_mass(self.config.vocab_size, path[i]) if i < len(path) else None
         else:
-            lag = self.seen[self.model.cache_len:]
-            row = self.model(torch.tensor([lag], device=idx.device), use_cache=True)[0][0, -1].double().cpu()
+            row = self.suffix.next_logits(self.seen) if self.suffix.path(self.seen) else None
+        if row is None:  # the model reads the tokens it has not seen: usually just idx, else those before it too
+            lag = len(self.seen) - self.model.cache_len
+            new = idx if lag == idx.size(1) else torch.tensor([self.seen[-lag:]], device=idx.device)
+            row = self.model(new, use_cache=True)[0][0, -1]
         return row.to(idx.device).expand(1, idx.size(1), -1), None  # the last row is the one a chain reads
 
 

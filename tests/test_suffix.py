@@ -116,16 +116,19 @@ def test_the_early_exit_is_the_targets_first_layers():
     assert torch.allclose(draft(idx)[0], want, atol=1e-5)
 
 
+@pytest.mark.parametrize("per_round", [True, False])  # False: a caller without k_for, each position decides
 @pytest.mark.parametrize("k,sampling", [(2, dict(temperature=1.0)), (3, dict(temperature=0.7, top_k=2))])
-def test_suffix_over_a_model_draft_keeps_the_output_exact(k, sampling, monkeypatch):
+def test_suffix_over_a_model_draft_keeps_the_output_exact(k, sampling, per_round, monkeypatch):
     from drafts.suffix import StackedDraft
+    if not per_round:
+        monkeypatch.delattr(StackedDraft, "k_for")
     target = tiny_target()
     model = random_gpt(5, vocab_size=target.config.vocab_size, block_size=target.config.block_size, n_layer=1).double()
     draft = StackedDraft(SuffixDraft(target.config.vocab_size, min_match=2, min_prob=0.5), model)
     asked = []  # which of the two answered: both must, for the enumeration to cover both
     path = draft.suffix.path
     monkeypatch.setattr(draft.suffix, "path", lambda h: asked.append(bool(path(h))) or path(h))
-    prompt = [0, 1, 0]
+    prompt = [0, 1, 0, 1]  # a path at the first round (0, 1 came before), and rounds without one after it
     run = lambda: speculative_generate(target, draft, torch.tensor([prompt]), 4, k=k, **sampling)[0][
         0, len(prompt):].tolist()
     assert_same_distribution(enumerate_branches(run, monkeypatch), target_joint(target, prompt, 4, **sampling))
