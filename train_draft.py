@@ -74,7 +74,7 @@ PRESETS = {
                       max_iters=3000, lr=1e-3, min_lr=1e-4, warmup_iters=100, eval_interval=250, patience=3),
     },
 }
-PARALLEL = dict(batch_size=16, max_iters=1500, lr=1e-3, min_lr=1e-4, warmup_iters=50, eval_interval=250,
+PARALLEL = dict(batch_size=16, max_iters=3000, lr=1e-3, min_lr=1e-4, warmup_iters=50, eval_interval=500,
                 anchors=32)  # --parallel: the recipe of checkpoints/parallel.pt; anchors: mask blocks per window
 HEADS = {  # --head: the recipes of the shipped heads (checkpoints/eagle.pt, checkpoints/medusa.pt)
     "eagle": dict(n_layer=1, batch_size=16, max_iters=1500, lr=1e-3, min_lr=1e-4, warmup_iters=50, eval_interval=250,
