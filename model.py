@@ -59,6 +59,7 @@ class Features:
     #          with a RowCache: each row's tokens sit at positions of their own)
     ids: torch.Tensor  # (B, T) the tokens fed
     x: torch.Tensor  # (B, T, C) the final block's output, before ln_f
+    layers: tuple = ()  # (B, T, C) each: the outputs of the blocks model.keep_layers names (drafts/eagle3.py)
 
 
 class CausalSelfAttention(nn.Module):
@@ -134,6 +135,7 @@ class GPT(nn.Module):
         self.lm_head = nn.Linear(config.n_embd, config.vocab_size, bias=False)
         self.cache = None  # while decoding: a ChainCache (reset_cache) or a RowCache (reset_row_cache)
         self.features = None  # Features of the last forward
+        self.keep_layers = ()  # block indices whose outputs the features also keep (a draft that reads them sets it)
         self.transformer.wte.weight = self.lm_head.weight  # weight tying (Press & Wolf 2017), as GPT-2
         self.apply(self._init_weights)
         for name, p in self.named_parameters():  # GPT-2's scaled init of the residual projections
@@ -173,9 +175,12 @@ class GPT(nn.Module):
             cache = self.cache
             pos, mask = cache.place(T, pos, mask, rows, span)  # where the new tokens sit, and what each sees
         x = self.transformer.drop(self.transformer.wte(idx) + self.transformer.wpe.weight[pos])  # (B, T, C)
-        for block in self.transformer.h:
+        kept = []
+        for i, block in enumerate(self.transformer.h):
             x = block(x, cache, mask)
-        self.features = Features(0 if cache is None else cache.start, idx, x)  # what drafts/heads.py reads
+            if i in self.keep_layers:
+                kept.append(x)
+        self.features = Features(0 if cache is None else cache.start, idx, x, tuple(kept))  # drafts/heads.py reads it
         logits = self.lm_head(self.transformer.ln_f(x))  # (B, T, V)
         loss = None
         if targets is not None:

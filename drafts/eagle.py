@@ -65,12 +65,16 @@ class EagleDraft(ReadsTarget):
         s - 1 at every position, with plain causal attention. A round's later drafts read predictions too, but attend
         to cache entries computed from the target's features; masking that view in (EAGLE-3's training-time test,
         arXiv:2503.01840) was tried over three steps and kept fewer drafts here (BENCHMARKS.md)."""
+        features = self.from_target(features)  # (B, T, C)
         zero = torch.zeros_like(features[:, :1])
         f_prev, out = torch.cat([zero, features[:, :-1]], 1), []
         for _ in range(steps):
             out.append(self.predict(f_prev, idx))
             f_prev = torch.cat([zero, out[-1][:, :-1].detach()], 1)
         return out
+
+    def from_target(self, f):  # (..., F) the target's features as read -> (..., C) what predict() reads in their place
+        return f
 
     def crop(self, n):
         super().crop(n)
@@ -89,7 +93,7 @@ class EagleDraft(ReadsTarget):
             start, f_prev = end - 1, self.last[1][None, None]  # (1, 1, C)
         else:  # subtle: positions computed from predictions (the last round's drafts) are recomputed from features
             start = min(self.exact, end - T)
-            f_prev = self.known[max(start - 1, 0):end - 1][None]  # (1, T', C): f_{start-1} .. f_{end-2}
+            f_prev = self.from_target(self.known[max(start - 1, 0):end - 1][None])  # (1, T', C): f_{start-1} .. f_{end-2}
             if start == 0:  # position 0 has no earlier feature
                 f_prev = torch.cat([f_prev.new_zeros(1, 1, f_prev.size(-1)), f_prev], 1)
         if self.cache is None:

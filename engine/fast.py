@@ -89,8 +89,9 @@ class FastGPT(nn.Module):
                 self.k = [torch.cat([kc, torch.zeros_like(kc[:, :, :end])], 2) for kc in self.k]
                 self.v = [torch.cat([vc, torch.zeros_like(vc[:, :, :end])], 2) for vc in self.v]
         x = self.wte[idx] + pos_emb  # (1, T, C)
-        for (ln1_w, ln1_b, attn_w, attn_b, proj_w, proj_b, ln2_w, ln2_b, fc_w, fc_b, out_w, out_b), kc, vc in zip(
-                self.layers, self.k, self.v):
+        keep, kept = self.model.keep_layers, []
+        for i, ((ln1_w, ln1_b, attn_w, attn_b, proj_w, proj_b, ln2_w, ln2_b, fc_w, fc_b, out_w, out_b), kc, vc) in (
+                enumerate(zip(self.layers, self.k, self.v))):
             q, k, v = F.linear(F.layer_norm(x, (C,), ln1_w, ln1_b), attn_w, attn_b).view(
                 1, T, 3, nh, C // nh).permute(2, 0, 3, 1, 4).unbind(0)  # three (1, nh, T, hs)
             kc[:, :, start:end] = k  # into the cache, in place
@@ -99,8 +100,10 @@ class FastGPT(nn.Module):
             x = x + F.linear(y.transpose(1, 2).reshape(1, T, C), proj_w, proj_b)
             x = x + F.linear(F.gelu(F.linear(F.layer_norm(x, (C,), ln2_w, ln2_b), fc_w, fc_b), approximate="tanh"),
                              out_w, out_b)
+            if i in keep:
+                kept.append(x)
         self.length = end
-        self.features = self.model.features = Features(start, idx, x)  # on the wrapped model too: heads.py reads it
+        self.features = self.model.features = Features(start, idx, x, tuple(kept))  # on the wrapped model too
         return F.linear(F.layer_norm(x, (C,), *self.ln_f), self.wte).float(), None  # tied output embedding
 
 
