@@ -79,6 +79,8 @@ PARALLEL = dict(batch_size=16, max_iters=3000, lr=1e-3, min_lr=1e-4, warmup_iter
 HEADS = {  # --head: the recipes of the shipped heads (checkpoints/eagle.pt, checkpoints/medusa.pt)
     "eagle": dict(n_layer=1, batch_size=16, max_iters=1500, lr=1e-3, min_lr=1e-4, warmup_iters=50, eval_interval=250,
                   head_pool=4096),
+    "eagle3": dict(n_layer=1, unroll=3, batch_size=16, max_iters=1500, lr=1e-3, min_lr=1e-4, warmup_iters=50,
+                   eval_interval=250, head_pool=4096),  # unroll: the training-time test's steps (drafts/eagle3.py)
     "medusa": dict(n_heads=4, batch_size=16, max_iters=2000, lr=1e-3, min_lr=1e-4, warmup_iters=50, eval_interval=500,
                    head_pool=2048),
 }
@@ -106,6 +108,7 @@ def get_args(argv=None):
     ap.add_argument("--parallel", type=int, default=None,
                     help="train a parallel draft (PARD) proposing this many tokens per forward, from --init's draft")
     ap.add_argument("--anchors", type=int, default=None, help="with --parallel: mask blocks per training window")
+    ap.add_argument("--unroll", type=int, default=None, help="with --head eagle3: steps of the training-time test")
     ap.add_argument("--n_heads", type=int, default=None, help="with --head medusa: heads (the longest K)")
     ap.add_argument("--head_pool", type=int, default=None, help="with --head: corpus windows whose features are kept")
     ap.add_argument("--eval_iters", type=int, default=20, help="batches per validation estimate")
@@ -125,6 +128,8 @@ def get_args(argv=None):
     for name, value in [("max_iters", args.max_iters), ("batch_size", args.batch_size), ("eval_iters", args.eval_iters)]:
         if value is not None and value < 1:
             ap.error(f"--{name} must be at least 1")
+    if args.unroll is not None and (args.unroll < 1 or args.head != "eagle3"):
+        ap.error("--unroll takes an int >= 1, with --head eagle3 (the steps it trains on its own outputs)")
     if args.n_heads is not None and args.n_heads < 1:
         ap.error("--n_heads must be at least 1")
     if args.head_pool is not None and args.head_pool < 1:
@@ -331,14 +336,15 @@ def train_one(role, args, splits, tok, corpus_desc):
 
 
 @torch.no_grad()
-def feature_pool(target, ids, n, batch_size, generator, device):  # -> (windows (n, W), features (n, W, C) float16)
-    """n corpus windows of the target's block_size and the target's features of them, computed once."""
+def feature_pool(target, ids, n, batch_size, generator, device, read=lambda f: f.x):  # -> (n, W), (n, W, F) float16
+    """n corpus windows of the target's block_size and the target's features of them (read(model.Features), the
+    head's own view: its feature()), computed once."""
     xs, fs = [], []
     for i in range(0, n, batch_size):
         x, _ = get_batch(ids, target.config.block_size, min(batch_size, n - i), generator, device)
         target(x)
         xs.append(x)
-        fs.append(target.features.x.half())
+        fs.append(read(target.features).half())
     return torch.cat(xs), torch.cat(fs)
 
 
@@ -353,19 +359,28 @@ def train_head(args, splits, tok, corpus_desc):
     torch.manual_seed(args.seed)
     cls, arg = heads.KINDS[args.head]  # EagleDraft and n_layer, or MedusaDraft and n_heads
     head = cls(target, **{arg: h[arg]})
+    if args.init:  # a trained head whose parts this one shares (eagle3 from eagle: the blocks, the fc)
+        try:
+            shared = head.load_state_dict(heads.load(args.init, target).state_dict(), strict=False)
+        except (FileNotFoundError, ValueError, RuntimeError) as e:
+            raise SystemExit(f"--init {args.init}: {str(e).splitlines()[0]}") from None
+        if shared.unexpected_keys:
+            raise SystemExit(f"--init {args.init} holds parts this head does not have: {shared.unexpected_keys}")
+        print(f"[{args.head}] from {args.init}; new: {', '.join(shared.missing_keys) or 'nothing'}")
     optimizer = adamw(head, h["lr"], args.weight_decay)
     gen = torch.Generator().manual_seed(args.seed)
     tic = time.time()
-    train_x, train_f = feature_pool(target, splits[0], h["head_pool"], h["batch_size"], gen, device)
+    train_x, train_f = feature_pool(target, splits[0], h["head_pool"], h["batch_size"], gen, device, head.feature)
     val_x, val_f = feature_pool(target, splits[1], args.eval_iters * h["batch_size"], h["batch_size"],
-                                torch.Generator().manual_seed(0), device)
+                                torch.Generator().manual_seed(0), device, head.feature)
     path = os.path.join(args.out_dir, f"{args.head}.pt")
     print(f"[{args.head}] {head.num_params() / 1e6:.2f}M params reading {tpath}, {h}; features of {len(train_x)} "
           f"train and {len(val_x)} val windows in {time.time() - tic:.0f} s")
 
     def loss_fn(x, f):
         f = f.float()
-        return head.loss(x, f, head.target_head(f))  # the target's logits, from its features
+        unroll = {"steps": h["unroll"]} if "unroll" in h else {}
+        return head.loss(x, f, head.target_head(head.final(f)), **unroll)  # the target's logits, from its features
 
     @torch.no_grad()
     def evaluate():  # -> the validation alpha estimate per draft position

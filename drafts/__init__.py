@@ -11,6 +11,7 @@ round, its proofs and bench.py cover them all. `import drafts` registers:
     self_drafts.py  the target's own first layers (early exit, LayerSkip) and an int8 copy of it
     parallel.py     a draft that proposes a round's K tokens in one forward, through mask tokens (PARD, An et al. 2025)
     eagle.py        an EAGLE-style head on the target's features (Li et al. 2024)
+    eagle3.py       the EAGLE head on three of the target's blocks, trained unrolled (EAGLE-3, Li et al. 2025)
     medusa.py       Medusa heads on the target's last feature (Cai et al. 2024)
     heads.py        what the two heads share: the target's features, their checkpoints
     cross_vocab.py  a draft with another tokenizer, over the tokens both share (Timor et al. 2025): wraps any
@@ -20,4 +21,4 @@ Each entry's fresh(target) gives an untrained draft of its kind for any model.GP
 door tests and forks use; make(target, **params) gives the one sample.py runs (the shipped heads are trained).
 """
 
-from drafts import cross_vocab, eagle, heads, medusa, ngram, parallel, self_drafts, suffix  # noqa: F401  (each registers itself in speculative.DRAFTS)
+from drafts import cross_vocab, eagle, eagle3, heads, medusa, ngram, parallel, self_drafts, suffix  # noqa: F401  (each registers itself in speculative.DRAFTS)

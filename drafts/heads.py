@@ -35,7 +35,7 @@ from model import GPT, GPTConfig, read_plain
 from speculative import Drafter
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the repository: checkpoints/ lies there
-SHIPPED_HEADS = {kind: os.path.join(ROOT, "checkpoints", f"{kind}.pt") for kind in ("eagle", "medusa")}
+SHIPPED_HEADS = {kind: os.path.join(ROOT, "checkpoints", f"{kind}.pt") for kind in ("eagle", "medusa", "eagle3")}
 
 
 class ReadsTarget(nn.Module):
@@ -90,8 +90,18 @@ class ReadsTarget(nn.Module):
     def n_known(self):
         return len(self.known)
 
-    def no_features(self):  # -> (0, C), on the target's device and in its dtype
-        return self.target.lm_head.weight.new_zeros(0, self.config.n_embd)
+    def no_features(self):  # -> (0, F), on the target's device and in its dtype
+        return self.target.lm_head.weight.new_zeros(0, self.feature_size)
+
+    # what a head reads of a target forward (model.Features): the final block's output here (F = C); drafts/eagle3.py
+    # reads three blocks' outputs side by side (F = 3C)
+    feature_size = property(lambda self: self.config.n_embd)
+
+    def feature(self, f):  # model.Features -> (B, T, F)
+        return f.x
+
+    def final(self, features):  # (..., F) -> (..., C): the part the target's ln_f and LM head read
+        return features
 
     def absorb(self):
         """Take the features of the target's last forward at the positions whose tokens are still ours."""
@@ -106,7 +116,7 @@ class ReadsTarget(nn.Module):
         while kept < len(fed) and f.at + kept < len(self.ids) and fed[kept] == self.ids[f.at + kept]:
             kept += 1
         if f.at + kept > n:
-            new = f.x[0, n - f.at:kept].to(self.dtype)  # (m, C)
+            new = self.feature(f)[0, n - f.at:kept].to(self.dtype)  # (m, F)
             self.known = torch.cat([self.known, new])
 
     def read_target(self, upto):
@@ -117,7 +127,7 @@ class ReadsTarget(nn.Module):
                              "another target. Pass the model the draft was built for (or FastGPT of it)")
         self.target(torch.tensor([self.ids[:upto]], device=self.target.lm_head.weight.device))
         self.seen, self.read_since_target = self.target.features, True
-        self.known = self.seen.x[0].to(self.dtype)  # (upto, C)
+        self.known = self.feature(self.seen)[0].to(self.dtype)  # (upto, F)
         self.extra_reads += 1
 
     def target_head(self, f):  # features (..., C) -> logits (..., V), the target's own frozen ln_f and LM head
@@ -147,7 +157,7 @@ def register(kind, cls, size_arg, doc):
     the target, and the entry's fresh(target) is an untrained cls(target)."""
     KINDS[kind] = (cls, size_arg)
     shipped = os.path.join(ROOT, "checkpoints", f"{kind}.pt")
-    speculative.DRAFTS[kind] = Drafter(lambda target: load(shipped, target), untrained=cls, doc=doc)
+    speculative.DRAFTS[kind] = Drafter(lambda target: load(shipped, target), untrained=cls, doc=doc, weights=shipped)
 
 
 def match_terms(logits, p):  # the head's logits (..., V), the target's p (..., V) -> (TV(p, q), cross-entropy), means
@@ -169,7 +179,8 @@ def fingerprint(target):
 
 def save(path, head, meta=None):
     """Write {kind, args, state_dict (float16), target fingerprint, meta} atomically, as model.save_checkpoint."""
-    kinds = [kind for kind, (cls, _) in KINDS.items() if isinstance(head, cls)]
+    kinds = [kind for kind, (cls, _) in KINDS.items() if type(head) is cls] or [  # (eagle3's class is eagle's child)
+        kind for kind, (cls, _) in KINDS.items() if isinstance(head, cls)]
     if not kinds:
         raise ValueError(f"heads.save writes the heads of KINDS ({', '.join(KINDS)}), not a {type(head).__name__}")
     kind, arg = kinds[0], KINDS[kinds[0]][1]
@@ -185,7 +196,7 @@ def load(path, target):
     """-> a trained head of KINDS (EagleDraft, MedusaDraft) reading `target` (a model.GPT), in eval mode. Refuses a head that was
     trained on another target's features: its q would be computed from features it never saw."""
     if not os.path.exists(path):
-        raise FileNotFoundError(f"no head checkpoint at {path!r}: train one with train_draft.py --head eagle "
+        raise FileNotFoundError(f"no head checkpoint at {path!r}: train one with train_draft.py --head eagle, eagle3 "
                                 "(or medusa) --target TARGET.pt")
     ckpt = read_plain(path, "heads.save", "retrain it with train_draft.py --head eagle (or medusa) --target TARGET.pt")
     if not isinstance(ckpt, dict) or ckpt.get("kind") not in KINDS:
