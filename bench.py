@@ -99,8 +99,12 @@ def get_args(argv=None):
     args.k = args.k or ("4" if args.suite else "1,2,3,4,5,6,7,8,auto")
     args.settings = args.settings or ("t0,t1.0" if args.suite else ",".join(SETTINGS))
     args.repeats = (3 if args.suite else 5) if args.repeats is None else args.repeats
-    if args.suite and args.draft is None:  # every named draft beside the shipped one
-        args.draft = ",".join([SHIPPED["draft"], *sorted(DRAFTS)])
+    if args.suite and args.draft is None:  # every named draft beside the shipped one, where its weights are here
+        missing = [name for name in sorted(DRAFTS) if DRAFTS[name].weights and not os.path.exists(DRAFTS[name].weights)]
+        if missing:
+            print(f"--suite leaves out {', '.join(missing)}: no trained weights here "
+                  f"({', '.join(os.path.relpath(DRAFTS[name].weights) for name in missing)}; train_draft.py trains them)")
+        args.draft = ",".join([SHIPPED["draft"], *[name for name in sorted(DRAFTS) if name not in missing]])
     if args.suite and (args.batch or args.tree_shapes or args.hf or args.profile or args.init_from):
         ap.error("--suite times single sequences of the shipped kind of pair: drop --batch, --tree_shapes, --hf, "
                  "--profile and --init_from")
@@ -384,6 +388,7 @@ def main(argv=None):
                              tokens_per_call=emitted / calls[dec, v, K], c=c, v=vv,
                              k_median=K_pred, k_min=ks[0], k_max=ks[-1], ideal=predicted(alpha, K_pred, c),
                              draft_ms_per_round=statistics.median(per_round[dec, v, K]) * 1e3,
+                             by_position=acceptance_by_position(rounds[dec, v, K], 8),
                              with_v=predicted(alpha, K_pred, c, vv), repeat_tps=tps[dec, v, K]))
 
     print(f"target {shown(args.target)} ({target.num_params() / 1e6:.2f}M), "
@@ -416,6 +421,12 @@ def main(argv=None):
             print(f"{', '.join(group)}: draft time per round "
                   + ", ".join(f"K={r['K']} {r['draft_ms_per_round']:.2f} ms" for r in fixed)
                   + f"; K={hi['K']} / K={lo['K']} = {hi['draft_ms_per_round'] / lo['draft_ms_per_round']:.2f}")
+    for group in dict.fromkeys((r["setting"], r["variant"], r["decoder"]) for r in rows):
+        widest = max((r for r in rows if (r["setting"], r["variant"], r["decoder"]) == group and r["K"] != "auto"),
+                     key=lambda r: r["K"], default=None)
+        if widest:  # which drafts of a round are kept: a_i = P(draft i kept | draft i tested)
+            print(f"{', '.join(group)}, K={widest['K']}: acceptance by draft position "
+                  + " ".join(f"{a:.3f}" for a in widest["by_position"][:widest["K"]]))
     for label, cross in dict((label, d) for label, d, _ in variants if isinstance(d, CrossVocabDraft)).items():
         for name in args.settings:  # on the held-out prompts themselves: what the shared tokens could win
             mass = statistics.mean(shared_mass(target, p[0].tolist(), 1, cross.target_ids, **SETTINGS[name])

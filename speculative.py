@@ -353,6 +353,7 @@ class Drafter:
     doc: str = ""
     help: dict = field(default_factory=dict)  # parameter name -> one line for its flag's --help
     untrained: callable = None  # untrained(target) -> a draft with seeded random weights; None: make, as it has none
+    weights: str = ""  # the checkpoint make() loads by default, if any: bench.py --suite leaves the draft out without it
 
     def fresh(self, target):
         """-> an untrained draft of this kind for any model.GPT target: the door tests and forks use. Weights, where

@@ -226,7 +226,7 @@ def untrained(target, max_k=8):  # -> a one-layer parallel draft with seeded ran
 
 
 speculative.DRAFTS["parallel"] = Drafter(
-    make, dict(parallel_ckpt=""), untrained=untrained,
+    make, dict(parallel_ckpt=""), untrained=untrained, weights=SHIPPED_PARALLEL,
     doc="a draft that proposes the round's K tokens in one forward through mask tokens (PARD): lossless",
     help=dict(parallel_ckpt="with --draft parallel: its checkpoint (train_draft.py --parallel K writes one); "
                             "'': the shipped checkpoints/parallel.pt"))
