@@ -11,8 +11,8 @@ what the target computed), at a c of one block at the target's width, plus one t
 
     speculative_generate(target, heads.load("checkpoints/eagle.pt", target), idx, n)   # sample.py --draft eagle
 
-What it leaves out: EAGLE-2's dynamic draft trees and EAGLE-3's features from several layers (the trees need
-model.GPT's tree attention in this draft's cache), and batches. The shared part (features, checkpoints) is
+What it leaves out: EAGLE-2's dynamic draft trees (they need model.GPT's tree attention in this draft's cache) and
+batches; EAGLE-3's features from several blocks are drafts/eagle3.py, a subclass. The shared part (features, checkpoints) is
 drafts/heads.py; training is train_draft.py --head eagle.
 """
 

@@ -19,7 +19,8 @@ the window is known yet: the draft then runs the target once, without a cache, o
 (read_target). That extra forward is timed as the draft's, so it shows in c. Training: train_draft.py --head.
 
 What it leaves out: batches (engine/batched.py's per-row cache), trees of drafts (verifiers/tree.py needs
-model.GPT's tree attention), and features from several layers (EAGLE-3).
+model.GPT's tree attention). A head that reads more than the final block (drafts/eagle3.py) says so through
+feature_size, feature() and final().
 """
 
 import hashlib
