@@ -42,6 +42,7 @@ from engine.fast import DECODERS, with_decoder
 from engine.hf import GPT2_NAMES  # pretrained GPT-2 through transformers (optional; imported only when used)
 from model import SHIPPED
 from sample import (HELP, add_plugin_argument, add_registry_arguments, check_draft_arguments, cross_vocabulary,
+                    draft_from_path,
                     check_verify_arguments, given, import_plugins, int_tuple, load, make_draft, parse_k, shown,
                     verifier_names, verify_params)
 from speculative import DRAFTS, autoregressive_generate, kept_and_tested, round_for, speculative_generate
@@ -318,8 +319,8 @@ def main(argv=None):
         return suite_report(args, target, tmeta)
     variants = []  # (label, draft, verify keyword arguments): every --draft with every --verify
     for path in args.draft.split(","):
-        draft = make_draft(args, path, target) if path in DRAFTS else cross_vocabulary(
-            load(path, args.device, "draft"), tmeta, args.decoder[0])  # another tokenizer: drafts/cross_vocab.py
+        draft = make_draft(args, path, target) if path in DRAFTS else draft_from_path(  # a head, a model, or a model
+            path, target, tmeta, args.device, args.decoder[0])  # on another tokenizer (drafts/cross_vocab.py)
         too_long = [K for K in args.k if beyond_max_k(draft, K)]
         if too_long:
             print(f"--draft {path} proposes at most {draft.max_k} tokens per round: its rows for K = "

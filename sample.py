@@ -33,6 +33,7 @@ import verifiers  # noqa: F401  (registers --verify block, tree, ... in speculat
 from choose_k import AutoK
 from data import Tokenizer
 from drafts.cross_vocab import CrossVocabDraft, shared_mass
+from drafts import heads
 from drafts.heads import ReadsTarget
 from engine.cpu import add_threads_argument, use_threads
 from engine.fast import DECODERS, with_decoder
@@ -270,6 +271,17 @@ def read_prompt(start):
         return fh.read()
 
 
+def draft_from_path(path, target, tmeta, device, decoder):
+    """--draft PATH: a head's checkpoint (train_draft.py --head writes them) reads this target; a model's checkpoint
+    is a draft of its own, on another tokenizer through drafts/cross_vocab.py where the target's differs."""
+    if heads.is_head(path):
+        try:
+            return heads.load(path, target)
+        except ValueError as e:
+            raise SystemExit(f"--draft {path}: {e}") from None
+    return cross_vocabulary(load(path, device, "draft"), tmeta, decoder)
+
+
 def load(path, device, role):
     if path in GPT2_NAMES:
         from engine.hf import load_gpt2
@@ -297,7 +309,7 @@ def main(argv=None):
     if args.draft in DRAFTS:  # a draft by name (ngram: prompt lookup, no model), on the target's tokenizer
         draft = make_draft(args, args.draft, target)
     elif args.draft != "none":
-        draft = cross_vocabulary(load(args.draft, args.device, "draft"), tmeta, args.decoder)
+        draft = draft_from_path(args.draft, target, tmeta, args.device, args.decoder)
     try:
         prompt = tok.encode(read_prompt(args.start))
     except ValueError as e:

@@ -193,6 +193,14 @@ def save(path, head, meta=None):
     os.replace(tmp, path)
 
 
+def is_head(path):  # -> does path hold a head's checkpoint (heads.save), rather than a model's?
+    try:
+        ckpt = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception:  # missing, unreadable, not a checkpoint: the model loader says what is wrong
+        return False
+    return isinstance(ckpt, dict) and ckpt.get("kind") in KINDS
+
+
 def load(path, target):
     """-> a trained head of KINDS (EagleDraft, MedusaDraft) reading `target` (a model.GPT), in eval mode. Refuses a head that was
     trained on another target's features: its q would be computed from features it never saw."""

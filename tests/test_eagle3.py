@@ -99,3 +99,13 @@ def test_the_suite_leaves_out_a_registered_draft_whose_weights_are_not_here(tmp_
     assert "--suite leaves out eagle3: no trained weights here" in capsys.readouterr().out
     monkeypatch.setitem(speculative.DRAFTS, "eagle3", dataclasses.replace(entry, weights=__file__))  # present
     assert "eagle3" in bench.get_args(["--suite"]).draft.split(",")
+
+
+def test_a_head_checkpoint_given_as_a_path_reads_the_target(capsys):
+    import sample
+    from drafts import heads
+    assert heads.is_head("checkpoints/eagle3.pt") and not heads.is_head("checkpoints/draft.pt")
+    assert not heads.is_head("no/such.pt")
+    sample.main(["--draft", "checkpoints/eagle3.pt", "--num_samples", "1", "--max_new_tokens", "12", "--k", "3",
+                 "--threads", "1"])
+    assert "draft checkpoints/eagle3.pt (2.51M)" in capsys.readouterr().out
