@@ -41,9 +41,8 @@ from engine.cpu import add_threads_argument, use_threads
 from engine.fast import DECODERS, with_decoder
 from engine.hf import GPT2_NAMES  # pretrained GPT-2 through transformers (optional; imported only when used)
 from model import SHIPPED
-from sample import (HELP, add_plugin_argument, add_registry_arguments, check_draft_arguments, cross_vocabulary,
-                    draft_from_path,
-                    check_verify_arguments, given, import_plugins, int_tuple, load, make_draft, parse_k, shown,
+from sample import (HELP, add_plugin_argument, add_registry_arguments, check_draft_arguments, check_verify_arguments,
+                    draft_from_path, given, import_plugins, int_tuple, load, make_draft, parse_k, shown,
                     verifier_names, verify_params)
 from speculative import DRAFTS, autoregressive_generate, kept_and_tested, round_for, speculative_generate
 from verifiers import tree
@@ -415,19 +414,20 @@ def main(argv=None):
                    f"auto / it on the others = {ratio:.0%}")
         print(f"{auto['setting']}, {auto['variant']}, {auto['decoder']}: auto {auto['speedup']:.2f}x (K per round: median {auto['k_median']}, "
               f"{auto['k_min']}..{auto['k_max']}){vs}")
-    for group in dict.fromkeys((r["setting"], r["variant"], r["decoder"]) for r in rows):
-        fixed = [r for r in rows if (r["setting"], r["variant"], r["decoder"]) == group and r["K"] != "auto"]
+    groups = {}  # (setting, variant, decoder) -> its rows at an int K
+    for r in rows:
+        if r["K"] != "auto":
+            groups.setdefault((r["setting"], r["variant"], r["decoder"]), []).append(r)
+    for group, fixed in groups.items():
         if len(fixed) >= 2:  # flat in K for a draft that proposes a round in one forward (drafts/parallel.py)
             lo, hi = fixed[0], fixed[-1]
             print(f"{', '.join(group)}: draft time per round "
                   + ", ".join(f"K={r['K']} {r['draft_ms_per_round']:.2f} ms" for r in fixed)
                   + f"; K={hi['K']} / K={lo['K']} = {hi['draft_ms_per_round'] / lo['draft_ms_per_round']:.2f}")
-    for group in dict.fromkeys((r["setting"], r["variant"], r["decoder"]) for r in rows):
-        widest = max((r for r in rows if (r["setting"], r["variant"], r["decoder"]) == group and r["K"] != "auto"),
-                     key=lambda r: r["K"], default=None)
-        if widest:  # which drafts of a round are kept: a_i = P(draft i kept | draft i tested)
-            print(f"{', '.join(group)}, K={widest['K']}: acceptance by draft position "
-                  + " ".join(f"{a:.3f}" for a in widest["by_position"][:widest["K"]]))
+    for group, fixed in groups.items():  # which drafts of a round are kept: a_i = P(draft i kept | draft i tested)
+        widest = max(fixed, key=lambda r: r["K"])
+        print(f"{', '.join(group)}, K={widest['K']}: acceptance by draft position "
+              + " ".join(f"{a:.3f}" for a in widest["by_position"][:widest["K"]]))
     for label, cross in dict((label, d) for label, d, _ in variants if isinstance(d, CrossVocabDraft)).items():
         for name in args.settings:  # on the held-out prompts themselves: what the shared tokens could win
             mass = statistics.mean(shared_mass(target, p[0].tolist(), 1, cross.target_ids, **SETTINGS[name])
@@ -525,8 +525,8 @@ def suite_report(args, target, tmeta):
     tok = data.Tokenizer(tmeta["tokenizer"])
     K = args.k[0]
     names = args.draft.split(",")
-    made = {name: make_draft(args, name, target) if name in DRAFTS else cross_vocabulary(
-        load(name, args.device, "draft"), tmeta, args.decoder[0]) for name in names}
+    made = {name: make_draft(args, name, target) if name in DRAFTS else draft_from_path(
+        name, target, tmeta, args.device, args.decoder[0]) for name in names}
     label = {name: name if name in DRAFTS else os.path.basename(name).removesuffix(".pt") for name in names}
     for name, draft in made.items():
         if beyond_max_k(draft, K):

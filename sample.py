@@ -40,7 +40,7 @@ from engine.fast import DECODERS, with_decoder
 from engine.hf import GPT2_NAMES  # pretrained GPT-2 through transformers (optional; imported only when used)
 from model import SHIPPED, load_checkpoint
 from show import Recorder, legend, measured_point, page_data, round_text, sample_text, use_colour, write_page
-from speculative import (DRAFTS, ROUNDS, SamplingError, Stats, autoregressive_generate, round_for,
+from speculative import (DRAFTS, ROUNDS, SamplingError, Stats, autoregressive_generate, check_drafts_trees, round_for,
                          speculative_generate)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -243,8 +243,10 @@ def make_draft(args, name, target):  # -> speculative.DRAFTS[name] built for thi
         raise SystemExit(f"--draft {name} proposes at most {max_k} tokens per round: pass --k {max_k} or less, or --k auto")
     verify = getattr(args, "verify", "tokenwise")
     for v in (verify if isinstance(verify, list) else [verify]):  # bench.py takes several
-        if ROUNDS[v].trees and getattr(draft, "chains_only", False):
-            raise SystemExit(f"--draft {name} drafts chains, not trees: use --verify tokenwise or block, not {v}")
+        try:
+            check_drafts_trees(v, draft)
+        except ValueError:
+            raise SystemExit(f"--draft {name} drafts chains, not trees: use --verify tokenwise or block, not {v}") from None
     if getattr(args, "batch", 0) and not hasattr(draft, "reset_row_cache"):  # engine/batched.py's per-row cache
         raise SystemExit(f"--draft {name} drafts one sequence at a time (it has no per-row cache): drop --batch")
     if getattr(args, "batch", 0) and isinstance(draft, ReadsTarget):

@@ -328,6 +328,13 @@ ROUNDS = {"tokenwise": Verifier(lambda *args: speculative_round(*args),
                                 doc="Chen et al.'s Algorithm 2, token by token (speculative_round)")}
 
 
+def check_drafts_trees(verify, draft):
+    """A verifier that feeds the draft trees (Verifier.trees) refuses a draft that drafts chains only (chains_only)."""
+    if ROUNDS[verify].trees and getattr(draft, "chains_only", False):
+        raise ValueError(f"verify={verify!r} feeds the draft trees of tokens, but this draft ({type(draft).__name__}) "
+                         "drafts chains, not trees: use verify='tokenwise' or 'block'")
+
+
 def round_for(verify, k, **params):
     """-> the round function that speculative_generate runs for verify=name, its parameters bound."""
     if verify not in ROUNDS:
@@ -383,9 +390,7 @@ def speculative_generate(target, draft, idx, max_new_tokens, k=4, temperature=1.
     tokens = check_inputs(target, draft, idx, max_new_tokens, k, temperature, top_k, top_p, stop)
     first_new = len(tokens)
     one_round = round_for(verify, k, **verify_params)
-    if ROUNDS[verify].trees and getattr(draft, "chains_only", False):  # before any token: nothing is lost
-        raise ValueError(f"verify={verify!r} feeds the draft trees of tokens, but this draft ({type(draft).__name__}) "
-                         "drafts chains, not trees: use verify='tokenwise' or 'block'")
+    check_drafts_trees(verify, draft)  # before any token: nothing is lost
     setting = (verify, tuple(sorted(verify_params.items())), temperature, top_k, top_p)  # acceptance depends on it
     auto = AutoK.remembered(target, draft, idx.device, setting) if k == "auto" else (  # starts from earlier calls
         k if isinstance(k, AutoK) else None)

@@ -438,7 +438,7 @@ def train_parallel(args, splits, tok, corpus_desc):
         if "parallel" in imeta:
             raise SystemExit(f"--init {args.init} is a parallel draft already; start from an autoregressive draft")
         teacher.requires_grad_(False)
-        model = parallel.widen(teacher, k).to(device)
+        model = parallel.widen(teacher).to(device)
     else:  # no draft to adapt: the preset's draft shape, from scratch
         d = dict(DEFAULTS, **PRESETS[args.preset]["draft"])
         model = GPT(GPTConfig(block_size=d["block_size"], vocab_size=tok.vocab_size + 1, n_layer=d["n_layer"],

@@ -36,7 +36,7 @@ from model import GPT, GPTConfig, read_plain
 from speculative import Drafter
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the repository: checkpoints/ lies there
-SHIPPED_HEADS = {kind: os.path.join(ROOT, "checkpoints", f"{kind}.pt") for kind in ("eagle", "medusa", "eagle3")}
+SHIPPED_HEADS = {}  # kind -> checkpoints/KIND.pt, filled by register(): train_draft.py will not overwrite it
 
 
 class ReadsTarget(nn.Module):
@@ -157,7 +157,7 @@ def register(kind, cls, size_arg, doc):
     """A head of class cls joins KINDS and speculative.DRAFTS: sample.py --draft KIND loads checkpoints/KIND.pt for
     the target, and the entry's fresh(target) is an untrained cls(target)."""
     KINDS[kind] = (cls, size_arg)
-    shipped = os.path.join(ROOT, "checkpoints", f"{kind}.pt")
+    shipped = SHIPPED_HEADS[kind] = os.path.join(ROOT, "checkpoints", f"{kind}.pt")
     speculative.DRAFTS[kind] = Drafter(lambda target: load(shipped, target), untrained=cls, doc=doc, weights=shipped)
 
 
@@ -195,7 +195,7 @@ def save(path, head, meta=None):
 
 def is_head(path):  # -> does path hold a head's checkpoint (heads.save), rather than a model's?
     try:
-        ckpt = torch.load(path, map_location="cpu", weights_only=True)
+        ckpt = torch.load(path, map_location="cpu", weights_only=True, mmap=True)  # mmap: the weights stay on disk
     except Exception:  # missing, unreadable, not a checkpoint: the model loader says what is wrong
         return False
     return isinstance(ckpt, dict) and ckpt.get("kind") in KINDS

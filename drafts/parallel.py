@@ -178,9 +178,9 @@ def loss(model, teacher, x, anchors, k):
     return total, [c.item() for c in by_position]
 
 
-def widen(draft, k):
+def widen(draft):
     """-> a GPT like the autoregressive `draft` with one token more (the mask, last; its embedding the mean of the
-    others'): PARD's starting point. Its window stays the draft's; ParallelDraft keeps k - 1 positions of it free."""
+    others'): PARD's starting point. Its window stays the draft's; ParallelDraft keeps K - 1 positions of it free."""
     config = GPTConfig(**asdict(draft.config))
     config.vocab_size += 1
     model = GPT(config)

@@ -274,13 +274,15 @@ def check_multidraft(n_drafts, replacement):
 
 
 speculative.ROUNDS.update(
-    multidraft=Verifier(multidraft_round, dict(n_drafts=2, replacement=False), check=check_multidraft, auto_k=False, trees=True,
+    multidraft=Verifier(multidraft_round, dict(n_drafts=2, replacement=False), check=check_multidraft, auto_k=False,
+                        trees=True,
                         doc="several drafts at the root, one tree forward (SpecInfer; Jeon et al. 2024): lossless; "
                             "the tree with branches=(n_drafts,)",
                         help=dict(n_drafts="with --verify multidraft: candidates at the root",
                                   replacement="with --verify multidraft or tree: i.i.d. candidates (default: distinct)")),
     tree=Verifier(tree_round, dict(branches=(2, 2), children="sample", replacement=False, budget=0), check=check_tree,
-                  auto_k=False, trees=True, doc="a draft tree of depth K, one target forward (SpecInfer, Sequoia, EAGLE-2): lossless",
+                  auto_k=False, trees=True,
+                  doc="a draft tree of depth K, one target forward (SpecInfer, Sequoia, EAGLE-2): lossless",
                   help=dict(branches="with --verify tree: children of each node at depth 0, 1, ..., then 1 (e.g. 2,2)",
                             children="with --verify tree: sample (drawn from the draft's q) or top (its most likely "
                                      "tokens, each a point mass)",
