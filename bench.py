@@ -86,9 +86,10 @@ def get_args(argv=None):
     ap.add_argument("--batch", default=None,
                     help="comma-separated batch sizes, e.g. 1,2,4,8,16: time engine/batched.py's samplers instead (B prompts "
                          "of different lengths at once; model.py's per-row cache, so --decoder is not used)")
-    ap.add_argument("--tree_shapes", nargs="+", type=int_tuple, default=None,
-                    help="draft trees instead, e.g. 1 2 2,2 4,2: each a --branches shape, at each --k, both --children "
-                         "rules unless one is given, beside plain sampling (see tree_report)")
+    ap.add_argument("--tree_shapes", nargs="+", type=tree_shape, default=None,
+                    help="draft trees instead, e.g. 1 2 2,2 4,4,4,4@16: each a --branches shape (@N: EAGLE-2's dynamic "
+                         "tree of at most N nodes), at each --k, both --children rules unless one is given, for each "
+                         "--draft, beside plain sampling (see tree_report)")
     ap.add_argument("--suite", action="store_true",
                     help="the task suite instead: five kinds of text (see SUITE), every named draft, T = 0 and 1, "
                          "speedup mean +- std over --repeats (default 3), tau, alpha by draft position, greedy checked "
@@ -108,9 +109,9 @@ def get_args(argv=None):
     if args.suite and (args.batch or args.tree_shapes or args.hf or args.profile or args.init_from):
         ap.error("--suite times single sequences of the shipped kind of pair: drop --batch, --tree_shapes, --hf, "
                  "--profile and --init_from")
-    for shape in args.tree_shapes or []:
+    for shape, budget in args.tree_shapes or []:
         try:
-            round_for("tree", 2, branches=shape)
+            round_for("tree", 2, branches=shape, budget=budget)
         except ValueError as e:
             ap.error(f"--tree_shapes: {e}")
     try:
@@ -313,7 +314,7 @@ def main(argv=None):
     if args.batch:
         return batch_bench(args, target, load(args.draft, args.device, "draft")[0], tmeta)
     if args.tree_shapes:
-        return tree_report(args, target, load(args.draft, args.device, "draft")[0], tmeta)
+        return tree_report(args, target, tmeta)
     if args.suite:
         return suite_report(args, target, tmeta)
     variants = []  # (label, draft, verify keyword arguments): every --draft with every --verify
@@ -739,26 +740,59 @@ def batch_bench(args, target, draft, tmeta):
                            batch_rows=rows), fh, indent=1)
 
 
-def tree_report(args, target, draft, tmeta):
-    """Draft trees (verifiers/tree.py's tree_round), each --tree_shapes shape at each fixed K, beside plain sampling,
-    interleaved as in main. The shape 1 is the chain. Per row: tree nodes per round; tokens per target call;
-    tokens per round, measured on the rounds of the full depth K and predicted from their acceptance by depth and
-    sibling rank (tree.expected_accepted: Theorem 3.8 has no tree form), its own and the widest tree's (out of
-    sample); v(nodes), the tree forward's cost in target steps; c, one draft forward (a whole level) in target
-    steps; tok/s, speedup, and the speedup that the prediction gives with this v and with v = 1 (a GPU, where a
-    forward of up to ~64 tokens costs about one step): tokens per round / (K c + v)."""
+def tree_shape(text):  # --tree_shapes: "2,2" -> ((2, 2), 0); "4,4,4,4@16" -> ((4, 4, 4, 4), 16): a dynamic tree
+    shape, _, budget = text.partition("@")
+    if budget and not budget.isdigit():
+        raise argparse.ArgumentTypeError(f"expected a shape, then @ and a node budget, e.g. 4,4,4,4@16, got {text!r}")
+    return int_tuple(shape), int(budget or 0)
+
+
+def shape_name(shape, budget):  # -> "2,2" or "4,4,4,4@16"
+    return ",".join(map(str, shape)) + (f"@{budget}" if budget else "")
+
+
+def calibration(grown, bins=10):  # [(parent, path confidence, kept?)] -> [[low, high, nodes, kept]] per bin
+    """EAGLE-2's calibration: the nodes binned by the draft's path confidence, and how many ended on the kept path.
+    A calibrated draft keeps about `confidence` of the nodes in each bin."""
+    rows = [[b / bins, (b + 1) / bins, 0, 0] for b in range(bins)]
+    for _, conf, kept in grown:
+        row = rows[min(int(conf * bins), bins - 1)]
+        row[2] += 1
+        row[3] += kept
+    return rows
+
+
+def tree_report(args, target, tmeta):
+    """Draft trees (verifiers/tree.py's tree_round), each --tree_shapes shape at each fixed K, for each --draft
+    (a model, or a head that reads the target), beside plain sampling, interleaved as in main. The shape 1 is the
+    chain; SHAPE@N is a dynamic tree of at most N nodes: EAGLE-2's (expansion and rerank) with children "top", its
+    expansion by path confidence alone with "sample" (the rerank of sampled children is not exact). Per row: tree
+    nodes per round; tokens per target call; tokens per round, measured on the rounds of the full depth K and
+    predicted from their acceptance by depth and sibling rank (tree.expected_accepted_tree, each round's own
+    shape: Theorem 3.8 has no tree form), its own and, for fixed shapes, the widest fixed tree's (out of sample);
+    for dynamic trees also the draft's own estimate, 1 + the sum of its path confidences; v(nodes), the tree
+    forward's cost in target steps; c, the draft's time per round over K, in target steps; tok/s, speedup, and
+    the speedup that the prediction gives with this v and with v = 1 (a GPU, where a forward of up to ~64 tokens
+    costs about one step): tokens per round / (K c + v)."""
     prompts = [p.to(args.device) for p in
                held_out_prompts(data.Tokenizer(tmeta["tokenizer"]), args.prompts, args.prompt_len, args.corpus)]
-    sizes = f"({target.num_params() / 1e6:.2f}M), draft {shown(args.draft)} ({draft.num_params() / 1e6:.2f}M)"
-    target, draft = with_decoder(args.decoder[0], target, draft)
+    names = args.draft.split(",")
+    built = {name: make_draft(args, name, target) if name in DRAFTS else draft_from_path(
+        name, target, tmeta, args.device, args.decoder[0]) for name in names}
+    sizes = ", ".join(f"{shown(name)} ({built[name].num_params() / 1e6:.2f}M)" for name in names)
+    sizes = f"({target.num_params() / 1e6:.2f}M), drafts {sizes}"
+    fast = {name: with_decoder(args.decoder[0], target, draft) for name, draft in built.items()}
+    target = fast[names[0]][0]  # (heads read the model they were built for: FastGPT leaves its features there too)
     children = getattr(args, "children", None)  # registry flags are absent unless given
     rules = [children] if children else ["sample", "top"]
     replacement = bool(getattr(args, "replacement", False))
-    cols = [None] + [(K, shape, rule) for K in args.k if K != "auto" for rule in rules for shape in args.tree_shapes]
+    cols = [None] + [(name, K, shape, budget, rule) for name in names for K in args.k if K != "auto"
+                     for rule in rules for shape, budget in args.tree_shapes]
     gen, n, rows = torch.Generator(device=args.device), args.max_new_tokens, []
     run = lambda col, prompt, seed, sampling: (
         autoregressive_generate(target, prompt, n, generator=gen.manual_seed(seed), **sampling) if col is None else
-        speculative_generate(target, draft, prompt, n, k=col[0], verify="tree", branches=col[1], children=col[2],
+        speculative_generate(target, fast[col[0]][1], prompt, n, k=col[1], verify="tree", branches=col[2],
+                             budget=col[3], rerank=bool(col[3]) and col[4] == "top", children=col[4],
                              replacement=replacement, generator=gen.manual_seed(seed), **sampling))[1]
     for name in args.settings:
         sampling = SETTINGS[name]
@@ -782,52 +816,62 @@ def tree_report(args, target, draft, tmeta):
         step = statistics.median(steady(s.target_times) for s in stats[None])  # one target step, from plain sampling
         plain = statistics.median(tps[None])
         for col in cols[1:]:
-            K, shape, rule = col
+            draft, K, shape, budget, rule = col
             full = [entry for entry in traces[col] if entry[0] == K]  # rounds of the full depth K
             mean = lambda values: statistics.mean(values) if full else float("nan")  # none: --max_new_tokens <= K
-            measured = mean([1 + sum(kept for _, _, kept in tested) for _, _, tested in full])
-            widths = [tree.width(shape, d) for d in range(K)]
+            measured = mean([1 + sum(kept for _, _, kept in tested) for _, _, tested, _ in full])
             acceptance = tree.acceptance_by_depth_and_rank(full)
-            predicted_tokens = 1 + tree.expected_accepted(acceptance, widths)
-            c = statistics.median(steady(s.draft_times) for s in stats[col]) / step
+            predicted_tokens = mean([1 + tree.expected_accepted_tree([g[0] for g in grown], acceptance)
+                                     for _, _, _, grown in full])
+            c = statistics.median(steady(s.draft_times) for s in stats[col]) / step  # one draft forward: a level
             v = statistics.median(steady(s.target_times) for s in stats[col]) / step
             spec = statistics.median(tps[col])
-            rows.append(dict(setting=name, K=K, branches=shape, children=rule, replacement=replacement,
-                             nodes=mean([nodes for _, nodes, _ in full]),
+            rows.append(dict(setting=name, draft=shown(draft), K=K, branches=shape, budget=budget, children=rule,
+                             replacement=replacement, nodes=mean([nodes for _, nodes, _, _ in full]),
                              tokens_per_call=sum(s.new_tokens for s in stats[col]) / sum(s.target_calls for s in stats[col]),
                              measured=measured, predicted=predicted_tokens, v=v, c=c, plain_tps=plain, spec_tps=spec,
+                             confidence=mean([1 + sum(g[1] for g in grown) for _, _, _, grown in full]),
+                             calibration=calibration([g for entry in traces[col] for g in entry[3]]),
                              speedup=spec / plain, with_v=predicted_tokens / (K * c + v),
                              gpu=predicted_tokens / (K * c + 1.0),
                              acceptance={f"{d},{j}": a for (d, j), a in sorted(acceptance.items())}))
-    for r in rows:  # out of sample: every shape predicted from the acceptance of the widest tree of its K and rule
-        widest = max((w for w in rows if (w["setting"], w["K"], w["children"]) == (r["setting"], r["K"], r["children"])),
-                     key=lambda w: w["nodes"])
-        acceptance = {tuple(map(int, key.split(","))): a for key, a in widest["acceptance"].items()}
-        r["from_widest"] = 1 + tree.expected_accepted(acceptance, [tree.width(r["branches"], d) for d in range(r["K"])])
-    print(f"draft trees: target {shown(args.target)} {sizes}; {args.prompts} held-out prompts x {n} new tokens, median of "
-          f"{args.repeats}; decoder {args.decoder[0]}; children without replacement unless replacement=True "
+    same = lambda a, b: all(a[key] == b[key] for key in ("setting", "draft", "K", "children"))
+    for r in rows:  # out of sample: every fixed shape predicted from the acceptance of the widest fixed tree
+        widest = max((w for w in rows if same(w, r) and not w["budget"]), key=lambda w: w["nodes"], default=None)
+        r["from_widest"] = float("nan") if r["budget"] or widest is None else 1 + tree.expected_accepted(
+            {tuple(map(int, key.split(","))): a for key, a in widest["acceptance"].items()},
+            [tree.width(r["branches"], d) for d in range(r["K"])])
+    print(f"draft trees: target {shown(args.target)} {sizes}; {args.prompts} held-out prompts x {n} new tokens, "
+          f"median of {args.repeats}; decoder {args.decoder[0]}; children without replacement unless replacement=True "
           f"({replacement}); device {args.device}; {machine()}")
-    print("tokens/round: on the rounds of the full depth K. predicted: from this shape's own acceptance by depth and "
-          "sibling rank (equal to the measurement when every node of a depth has as many children: the rates "
-          "telescope); from widest: from the acceptance of the widest tree of the same K and rule, out of sample. "
-          "Speedups predicted: predicted tokens/round / (K c + v), and with v = 1 (a GPU)")
-    print("| setting | K | branches | children | nodes | tok/call | tokens/round | predicted | from widest | "
-          "widest / measured | v(nodes) | c | plain tok/s | tree tok/s | speedup | predicted, this v | predicted, v = 1 |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    print("tokens/round: on the rounds of the full depth K. predicted: from the acceptance by depth and sibling rank "
+          "of these rounds, over each round's own shape (equal to the measurement when every node of a depth has as "
+          "many children: the rates telescope); from widest: from the acceptance of the widest fixed tree of the same "
+          "draft, K and rule, out of sample; confidence: 1 + the sum of the draft's path confidences (EAGLE-2's "
+          "estimate). SHAPE@N: a dynamic tree of at most N nodes. c: one draft forward (a whole level), in target "
+          "steps. Speedups predicted: predicted tokens/round / (K c + v), and with v = 1 (a GPU)")
+    print("| setting | draft | K | branches | children | nodes | tok/call | tokens/round | predicted | from widest | "
+          "confidence | v(nodes) | c | plain tok/s | tree tok/s | speedup | predicted, this v | predicted, v = 1 |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
-        print(f"| {r['setting']} | {r['K']} | {','.join(map(str, r['branches']))} | {r['children']} | "
+        print(f"| {r['setting']} | {r['draft']} | {r['K']} | {shape_name(r['branches'], r['budget'])} | {r['children']} | "
               f"{r['nodes']:.1f} | {r['tokens_per_call']:.2f} | {r['measured']:.3f} | {r['predicted']:.3f} | "
-              f"{r['from_widest']:.3f} | {r['from_widest'] / r['measured']:.1%} | {r['v']:.2f} | {r['c']:.3f} | "
+              f"{r['from_widest']:.3f} | {r['confidence']:.3f} | {r['v']:.2f} | {r['c']:.3f} | "
               f"{r['plain_tps']:.0f} | {r['spec_tps']:.0f} | {r['speedup']:.2f}x | {r['with_v']:.2f}x | {r['gpu']:.2f}x |")
     for r in rows:  # each tree against the chain of the same depth: tokens per target call, same forwards per round
-        chain = next((c for c in rows if (c["setting"], c["K"], c["children"]) == (r["setting"], r["K"], r["children"])
-                      and c["branches"] == (1,)), None)
+        chain = next((c for c in rows if same(c, r) and c["branches"] == (1,) and not c["budget"]), None)
         if chain and r is not chain:
-            print(f"{r['setting']}, K={r['K']}, {r['children']}, branches {','.join(map(str, r['branches']))}: "
+            print(f"{r['setting']}, {r['draft']}, K={r['K']}, {r['children']}, {shape_name(r['branches'], r['budget'])}: "
                   f"{r['tokens_per_call'] / chain['tokens_per_call'] - 1:+.1%} tokens per target call against the chain "
                   f"({r['tokens_per_call']:.2f} against {chain['tokens_per_call']:.2f}), v {r['v']:.2f} against "
                   f"{chain['v']:.2f}; acceptance by depth,rank: "
                   + ", ".join(f"{key} {a:.2f}" for key, a in r["acceptance"].items()))
+    for r in rows:  # EAGLE-2's calibration, where it decides: the dynamic trees
+        if r["budget"]:
+            print(f"{r['setting']}, {r['draft']}, K={r['K']}, {r['children']}, {shape_name(r['branches'], r['budget'])}: "
+                  "kept share of the nodes by path confidence: " + ", ".join(
+                      f"{low:.1f}-{high:.1f} {kept / nodes:.2f} ({nodes})" for low, high, nodes, kept in r["calibration"]
+                      if nodes))
     if args.json:
         with open(args.json, "w") as fh:
             json.dump(dict(target=shown(args.target), draft=shown(args.draft), device=args.device, machine=machine(),

@@ -61,6 +61,13 @@ class Features:
     x: torch.Tensor  # (B, T, C) the final block's output, before ln_f
     layers: tuple = ()  # (B, T, C) each: the outputs of the blocks model.keep_layers names (drafts/eagle3.py)
 
+    def compacted(self, n, slots):  # -> the record of the tokens that compact(n, slots) keeps, in their new order
+        """After a tree forward the cache keeps the prefix and the accepted branch (compact): the record follows it,
+        so it again describes a chain from position at on (what drafts/heads.py reads)."""
+        rows = [i for i in range(self.ids.size(1)) if self.at + i < n or self.at + i in slots]
+        pick = lambda a: a[:, rows]
+        return Features(self.at, pick(self.ids), pick(self.x), tuple(pick(a) for a in self.layers))
+
 
 class CausalSelfAttention(nn.Module):
 
@@ -216,8 +223,11 @@ class GPT(nn.Module):
             self.cache.crop(n)
 
     def compact(self, n, slots):
-        """Keep the first n cached tokens followed by the ones at `slots` (increasing, >= n): ChainCache.compact."""
+        """Keep the first n cached tokens followed by the ones at `slots` (increasing, >= n): ChainCache.compact.
+        The last forward's features follow (Features.compacted)."""
         self.cache.compact(n, slots)
+        if self.features is not None and self.features.at is not None:
+            self.features = self.features.compacted(n, slots)
 
     def crop_rows(self, lengths):
         """Set every row's length ((B,) ints): row b forgets its tokens from lengths[b] on. O(1) per row."""
@@ -278,7 +288,7 @@ class ChainCache:
             assert mask is not None and mask.shape == (T, end), (
                 f"a tree needs use_cache=True, pos (T,) and mask (T, cache_len + T) = ({T}, {end})")
             assert int(pos.max()) < self.window, f"position {int(pos.max())} is beyond block_size {self.window}"
-            if end > self.k[0].size(2):  # subtle: only a tree holds more tokens than positions: more room
+            if self.k and end > self.k[0].size(2):  # subtle: only a tree holds more tokens than positions: more room
                 self.k = [torch.cat([k, torch.zeros_like(k[:, :, :end])], 2) for k in self.k]
                 self.v = [torch.cat([v, torch.zeros_like(v[:, :, :end])], 2) for v in self.v]
         self.start, self.length = start, end

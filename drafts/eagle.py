@@ -11,9 +11,11 @@ what the target computed), at a c of one block at the target's width, plus one t
 
     speculative_generate(target, heads.load("checkpoints/eagle.pt", target), idx, n)   # sample.py --draft eagle
 
-What it leaves out: EAGLE-2's dynamic draft trees (they need model.GPT's tree attention in this draft's cache) and
-batches; EAGLE-3's features from several blocks are drafts/eagle3.py, a subclass. The shared part (features, checkpoints) is
-drafts/heads.py; training is train_draft.py --head eagle.
+Trees of drafts (verify="tree", EAGLE-2's dynamic trees): each level in one forward, with tree attention over this
+draft's own cache; a node reads the predicted feature of its parent (the deepest earlier slot its mask shows).
+
+What it leaves out: batches. EAGLE-3's features from several blocks are drafts/eagle3.py, a subclass. The shared
+part (features, checkpoints, the tree's bookkeeping) is drafts/heads.py; training is train_draft.py --head eagle.
 """
 
 from dataclasses import asdict
@@ -46,15 +48,15 @@ class EagleDraft(ReadsTarget):
                 nn.init.normal_(p, 0.0, 0.02)
         self.to(target.lm_head.weight.device, target.lm_head.weight.dtype)
         self.exact = 0  # the leading positions computed from the target's features only (not from predictions)
-        self.last = None  # (position, predicted feature (C,)) of the last position computed
+        self.pred = []  # the predicted feature (C,) at each cache slot: the window's positions, then a tree's nodes
         self.cache = None  # the blocks' KV cache (model.ChainCache), made at the first forward
 
-    def predict(self, f_prev, idx, cache=None):  # (B, T, C), (B, T) -> predicted features (B, T, C)
+    def predict(self, f_prev, idx, cache=None, pos=None, mask=None):  # (B, T, C), (B, T) -> predicted features (B, T, C)
         """f_prev[:, i] = f_{start+i-1} (zeros at position 0), idx[:, i] = x_{start+i} -> f_{start+i} predicted;
-        start is 0, or with a cache the positions it holds."""
+        start is 0, or with a cache the positions it holds. pos and mask: a tree's level (model.ChainCache.place)."""
         tr = self.target.transformer
         T = idx.size(1)
-        pos, mask = (slice(0, T), None) if cache is None else cache.place(T)  # positions start.., causal
+        pos, mask = (slice(0, T), None) if cache is None else cache.place(T, pos, mask)  # causal, or the tree's
         x = self.fuse(torch.cat([f_prev, tr.wte(idx)], -1)) + tr.wpe.weight[pos]  # (B, T, C)
         for block in self.h:
             x = block(x, cache, mask)
@@ -79,18 +81,29 @@ class EagleDraft(ReadsTarget):
     def crop(self, n):
         super().crop(n)
         self.exact = min(self.exact, n)
-        if self.last is not None and self.last[0] >= n:
-            self.last = None
+        del self.pred[n:]
+
+    def compact(self, n, slots):  # the accepted branch of a tree becomes the window's next positions
+        super().compact(n, slots)
+        self.pred = self.pred[:n] + [self.pred[a] for a in slots]
+        self.cache.compact(n, slots)
 
     def forward(self, idx, targets=None, use_cache=False, pos=None, mask=None):  # (1, T) -> (logits (1, T, V), None)
+        L = self.cache_len
         T, end = self.feed(idx, pos, use_cache)
+        if pos is not None:  # a level of a draft tree: node i reads the predicted feature of its parent, the deepest
+            parents = L - 1 - mask[:, :L].flip(1).int().argmax(1)  # earlier slot it sees (tree_attention's mask)
+            f_prev = torch.stack([self.pred[j] for j in parents.tolist()])[None]  # (1, T, C)
+            out = self.predict(f_prev, idx, self.cache, pos, mask)
+            self.pred += list(out[0])
+            return self.target_head(out), None
         n = self.n_known()
-        drafting = n < end - 1 and T == 1 and self.last is not None and self.last[0] == end - 2
+        drafting = n < end - 1 and T == 1 and len(self.pred) == end - 1  # the previous position was computed
         if n < end - 1 and not drafting:  # (EAGLE needs no feature before position 0)
             self.read_target(end - 1)  # nothing known of this window yet: call start or a slide
             n = end - 1
         if drafting:  # a later draft of this round: it reads the previous draft's predicted feature
-            start, f_prev = end - 1, self.last[1][None, None]  # (1, 1, C)
+            start, f_prev = end - 1, self.pred[-1][None, None]  # (1, 1, C)
         else:  # subtle: positions computed from predictions (the last round's drafts) are recomputed from features
             start = min(self.exact, end - T)
             f_prev = self.from_target(self.known[max(start - 1, 0):end - 1][None])  # (1, T', C): f_{start-1} .. f_{end-2}
@@ -103,7 +116,7 @@ class EagleDraft(ReadsTarget):
         self.cache.crop(min(self.cache.length, start))  # the KV cache keeps only positions computed before `start`
         out = self.predict(f_prev, torch.tensor([self.ids[start:end]], device=idx.device), self.cache)
         self.exact = min(end, n + 1)
-        self.last = (end - 1, out[0, -1])
+        self.pred[start:] = list(out[0])  # positions start..end-1
         return self.target_head(out[:, -T:]), None
 
     def loss(self, idx, features, target_logits, steps=2):

@@ -18,9 +18,13 @@ absorb(). At the start of a call, and after each slide of the window (both cache
 the window is known yet: the draft then runs the target once, without a cache, over the window's tokens
 (read_target). That extra forward is timed as the draft's, so it shows in c. Training: train_draft.py --head.
 
-What it leaves out: batches (engine/batched.py's per-row cache), trees of drafts (verifiers/tree.py needs
-model.GPT's tree attention). A head that reads more than the final block (drafts/eagle3.py) says so through
-feature_size, feature() and final().
+Trees of drafts (verifiers/tree.py). The tree's nodes are fed after the window's tokens (nodes, at cache slots
+len(ids), ...), each level in one forward with a tree attention mask; compact() then keeps the accepted branch as the
+window's next positions, and the target's features of it follow (model.Features.compacted), so absorb() reads them
+as after a chain. Still exact: the tree depends only on the draft's outputs.
+
+What it leaves out: batches (engine/batched.py's per-row cache). A head that reads more than the final block
+(drafts/eagle3.py) says so through feature_size, feature() and final().
 """
 
 import hashlib
@@ -43,8 +47,6 @@ class ReadsTarget(nn.Module):
     """What both drafts share: the draft cache interface over the window's token ids, and the target's features
     known for them. The target is held outside the module tree: the head's state_dict holds the head alone."""
 
-    chains_only = True  # verifiers/tree.py's trees are refused up front (speculative_generate)
-
     def __init__(self, target):
         super().__init__()
         if not isinstance(target, GPT):
@@ -53,6 +55,7 @@ class ReadsTarget(nn.Module):
         object.__setattr__(self, "target", target)  # not a submodule
         self.config = GPTConfig(**asdict(target.config))  # the target's vocabulary and window: they slide together
         self.ids = []  # the tokens at the window's positions 0, 1, ... fed so far
+        self.nodes = []  # a draft tree's tokens fed after them (verifiers/tree.py): cache slots len(ids), ...
         self.known = self.no_features()  # (n, C): the target's features of positions 0..n-1, for self.ids
         self.seen = None  # the target's Features record already read
         self.read_since_target = False  # an extra target forward ran and no target forward came since
@@ -69,7 +72,7 @@ class ReadsTarget(nn.Module):
 
     @property
     def cache_len(self):
-        return len(self.ids)
+        return len(self.ids) + len(self.nodes)
 
     def reset_cache(self, batch_size=1):
         if batch_size != 1:
@@ -81,12 +84,21 @@ class ReadsTarget(nn.Module):
                          "built for drafts that read the target; use speculative_generate for each prompt")
 
     def crop(self, n):
-        """Forget the tokens from position n on, and their features."""
-        assert 0 <= n <= len(self.ids), f"crop({n}) needs 0 <= n <= cache_len ({len(self.ids)})"
+        """Forget the tokens from cache slot n on (a tree's nodes, then the window's tokens), and their features."""
+        assert 0 <= n <= self.cache_len, f"crop({n}) needs 0 <= n <= cache_len ({self.cache_len})"
+        del self.nodes[max(n - len(self.ids), 0):]
         del self.ids[n:]
         self.known = self.known[:n] if n else self.no_features()
         if n == 0:  # subtle: a new call or a slid window: the target's last features belong to another window
             self.seen, self.read_since_target = self.target.features, False
+
+    def compact(self, n, slots):
+        """After a tree round (verifiers/tree.keep_path): keep the first n tokens, then the tree's nodes at `slots` (the
+        accepted branch) as the window's next positions. Their features come with the target's compacted record."""
+        assert n == len(self.ids) and slots == sorted(set(slots)) and all(n <= a < self.cache_len for a in slots), (
+            f"compact({n}, {slots}) needs n = {len(self.ids)} tokens and increasing tree slots below {self.cache_len}")
+        self.ids += [self.nodes[a - n] for a in slots]
+        self.nodes = []
 
     def n_known(self):
         return len(self.known)
@@ -135,12 +147,15 @@ class ReadsTarget(nn.Module):
         return self.target.lm_head(self.target.transformer.ln_f(f))
 
     def feed(self, idx, pos, use_cache):  # idx (1, T) -> (T, tokens held): the start of every forward
-        """Append idx's tokens to the window, and take the target's newest features."""
-        if pos is not None:
-            raise ValueError(f"{type(self).__name__} drafts chains, not trees: use verify='tokenwise' or 'block'")
+        """Append idx's tokens to the window and take the target's newest features; or, with pos (a level of a
+        draft tree, verifiers/tree.py), append them to the tree's nodes."""
         if not use_cache:
             raise ValueError(f"{type(self).__name__} decodes with use_cache=True; its uncached path is "
                              "teacher_forced()")
+        if pos is not None:
+            self.nodes += idx[0].tolist()
+            return idx.size(1), self.cache_len
+        assert not self.nodes, "a chain after a tree: crop() or compact() the tree first"
         self.ids += idx[0].tolist()
         self.absorb()
         return idx.size(1), len(self.ids)

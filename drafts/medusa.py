@@ -10,8 +10,11 @@ block per draft, no attention), alpha falls faster along the round than a draft 
 
     speculative_generate(target, heads.load("checkpoints/medusa.pt", target), idx, n)  # sample.py --draft medusa
 
-What it leaves out: Medusa's own tree of candidates with typical acceptance (verifiers/lossy.py has typical
-acceptance as a lossy verifier of chains), and batches. The shared part is drafts/heads.py; training is
+In a draft tree (verify="tree") every node at one depth gets the same q, that depth's head: with children="top" this
+is Medusa's tree of each head's top tokens, verified exactly (point masses) rather than with typical acceptance.
+
+What it leaves out: Medusa's typical acceptance over its tree (verifiers/lossy.py has typical acceptance as a lossy
+verifier of chains), and batches. The shared part is drafts/heads.py; training is
 train_draft.py --head medusa.
 """
 
@@ -50,11 +53,12 @@ class MedusaDraft(ReadsTarget):
 
     def forward(self, idx, targets=None, use_cache=False, pos=None, mask=None):  # (1, T) -> (logits (1, T, V), None)
         T, end = self.feed(idx, pos, use_cache)
+        positions = range(end - T, end) if pos is None else pos.tolist()  # a tree's level: each node's position
         if self.n_known() == 0:  # nothing known of this window yet: call start or a slide (a lone token: its own)
             self.read_target(max(end - 1, 1))
         j = self.n_known() - 1  # the last position whose feature is known
         out = []
-        for P in range(end - T, end):  # the token after position P: head P - j on f_j
+        for P in positions:  # the token after position P: head P - j on f_j
             m = P - j
             if m > self.n_heads:
                 raise ValueError(f"MedusaDraft has {self.n_heads} heads, so a round drafts at most {self.n_heads} "

@@ -68,6 +68,8 @@ class FastGPT(nn.Module):
                 kc[:, :, n:n + len(slots)] = kc[:, :, slots]  # advanced indexing copies first: overlap is safe
                 vc[:, :, n:n + len(slots)] = vc[:, :, slots]
         self.length = n + len(slots)
+        if getattr(self, "features", None) is not None:  # the last forward's features follow (model.Features.compacted)
+            self.features = self.model.features = self.features.compacted(n, slots)
 
     def forward(self, idx, targets=None, use_cache=False, pos=None, mask=None):  # (1, T) -> (logits (1, T, V), None)
         """pos (T,), mask (T, cache_len + T): a tree of tokens, as in model.GPT.forward."""

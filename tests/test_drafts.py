@@ -32,6 +32,25 @@ def test_a_fresh_draft_of_every_kind_keeps_the_output_exact(name, k, n, sampling
     assert_same_distribution(enumerate_branches(run, monkeypatch), target_joint(target, prompt, n, **sampling))
 
 
+TREES = [name for name in NAMES if not getattr(DRAFTS[name].fresh(tiny_target()), "chains_only", False)]
+
+
+def test_the_drafts_that_draft_trees_include_the_heads():
+    assert {"ngram", "eagle", "eagle3", "medusa"} <= set(TREES) and "parallel" not in TREES
+
+
+@pytest.mark.parametrize("name", TREES)
+@pytest.mark.parametrize("tree", [dict(branches=(2, 2), children="sample"),
+                                  dict(branches=(2, 2), children="top", budget=3, rerank=True)])
+def test_a_fresh_draft_that_drafts_trees_keeps_the_output_exact(name, tree, monkeypatch):
+    """verify="tree" feeds the draft levels of a tree (pos, mask): every draft that does not refuse them."""
+    target = tiny_target()
+    draft = DRAFTS[name].fresh(target)
+    run = lambda: speculative_generate(target, draft, torch.tensor([[2, 0]]), 3, k=2, verify="tree", **tree)[0][
+        0, 2:].tolist()
+    assert_same_distribution(enumerate_branches(run, monkeypatch), target_joint(target, [2, 0], 3))
+
+
 @pytest.mark.parametrize("name", NAMES)
 def test_fresh_is_seeded_and_leaves_torch_random_state_as_it_was(name):
     target = random_gpt(0, vocab_size=7, block_size=16, n_layer=1, n_head=2, n_embd=16)

@@ -12,6 +12,7 @@ import torch
 import drafts  # noqa: F401  (registers the heads' kinds)
 from drafts import heads
 from drafts.eagle import EagleDraft
+from drafts.eagle3 import Eagle3Draft
 from drafts.medusa import MedusaDraft
 import speculative
 import train_draft
@@ -31,7 +32,7 @@ def tiny_target(seed=0, block_size=6, vocab_size=3):
 def make_head(kind, target, seed=1, scale=8.0):
     """A fresh head whose q is far from the target's p: its weights scaled up (Medusa's start at zero otherwise)."""
     torch.manual_seed(seed)
-    head = EagleDraft(target) if kind == "eagle" else MedusaDraft(target, n_heads=4)
+    head = {"eagle": EagleDraft, "eagle3": Eagle3Draft}[kind](target) if kind != "medusa" else MedusaDraft(target, 4)
     with torch.no_grad():
         for p in head.parameters():
             p.copy_(torch.randn_like(p) * 0.02 * scale)
@@ -99,10 +100,10 @@ def test_greedy_with_a_head_equals_greedy_plain(kind, k):
 
 
 @torch.no_grad()
-def uncached_features(target, tokens):  # -> (T, C), leaving target.features as the rounds left them
+def uncached_features(target, tokens, head=None):  # -> (T, F) as head reads them, leaving target.features as it was
     last = target.features
     target(torch.tensor([tokens]))
-    f, target.features = target.features.x[0], last
+    f, target.features = (head.feature(target.features) if head else target.features.x)[0], last
     return f
 
 
@@ -110,10 +111,11 @@ def uncached_features(target, tokens):  # -> (T, C), leaving target.features as 
 def reference_q(head, tokens, n_true):
     """The naive path: q for the token after `tokens`, recomputed from scratch, when the target's features are known
     for positions < n_true and the rest are the draft's own predictions, one position at a time."""
-    f = uncached_features(head.target, tokens)  # (T, C): the target's features, uncached
+    f = uncached_features(head.target, tokens, head)  # (T, F): the target's features, uncached
     if isinstance(head, MedusaDraft):
         j, m = n_true - 1, len(tokens) - n_true  # the last known position; head m
         return head.target_head(f[len(tokens) - 1] if m <= 0 else head.heads[m - 1](f[j]))
+    f = head.from_target(f)  # (T, C): what predict() reads (eagle3: the three blocks, fused)
     inputs = [torch.zeros_like(f[0])] + [f[i] for i in range(min(n_true, len(tokens) - 1))]
     while len(inputs) < len(tokens):  # chain the predictions, each from a full, uncached forward
         inputs.append(head.predict(torch.stack(inputs)[None], torch.tensor([tokens[:len(inputs)]]))[0, -1])
@@ -156,12 +158,10 @@ def test_medusa_refuses_k_beyond_its_heads_and_auto_stays_within():
     assert max(K for _, K, _ in stats.rounds) <= 2
 
 
-def test_heads_refuse_trees_and_batches_clearly():
+def test_heads_refuse_batches_clearly():
     from engine import batched
     target = random_gpt(0)
     draft = EagleDraft(target)
-    with pytest.raises(ValueError, match="chains, not trees"):
-        speculative_generate(target, draft, torch.tensor([[1]]), 5, k=2, verify="tree")
     with pytest.raises(ValueError, match="one sequence at a time"):
         batched.speculative_generate_batch(target, draft, [[1], [2]], 5)
 
@@ -254,3 +254,129 @@ def test_a_head_reads_the_features_fast_py_leaves(kind):
     spec, _ = speculative_generate(FastGPT(target), draft, prompt, 40, k=3, temperature=0)
     assert spec.tolist() == plain.tolist()
     assert draft.extra_reads == 1 + 4
+
+
+# ---- heads drafting trees (verifiers/tree.py): each level one forward, tree attention over the head's own cache ----
+
+T1 = dict(temperature=1.0)
+TREE_CASES = [  # (k, n new tokens, sampling, block_size, tree keywords)
+    (1, 3, T1, 6, dict(branches=(2,), children="sample")),
+    (2, 3, T1, 6, dict(branches=(2, 2), children="sample")),
+    (2, 3, T1, 6, dict(branches=(1, 2), children="sample", replacement=True)),
+    (2, 3, T1, 6, dict(branches=(2, 2), children="top")),
+    (3, 4, dict(temperature=1.0, top_k=2), 6, dict(branches=(2, 2), children="sample")),  # depth 3
+    (3, 4, T1, 6, dict(branches=(2, 2), children="top")),
+    (3, 4, dict(temperature=1.0, top_k=2), 6, dict(branches=(2, 2), children="sample", budget=5)),
+    (3, 4, T1, 6, dict(branches=(3, 3, 3), children="top", budget=5, rerank=True)),  # EAGLE-2's dynamic tree
+    (3, 3, dict(temperature=0.0), 6, dict(branches=(2, 2, 2), children="top", budget=4, rerank=True)),
+    (2, 4, dict(temperature=0.8, top_p=0.8), 4, dict(branches=(2, 2), children="top")),  # the window slides
+]
+
+
+@pytest.mark.parametrize("kind", ["eagle", "eagle3", "medusa"])
+@pytest.mark.parametrize("k,n,sampling,block_size,tree", TREE_CASES)
+def test_a_head_drafting_a_tree_gives_the_target_exactly(kind, k, n, sampling, block_size, tree, monkeypatch):
+    target = tiny_target(block_size=block_size)
+    draft = make_head(kind, target)
+    prompt = [2, 0]
+    run = lambda: speculative_generate(target, draft, torch.tensor([prompt]), n, k=k, verify="tree", **tree,
+                                       **sampling)[0][0, len(prompt):].tolist()
+    assert_same_distribution(enumerate_branches(run, monkeypatch), target_joint(target, prompt, n, **sampling))
+
+
+@pytest.mark.parametrize("kind", ["eagle", "medusa"])
+def test_enumeration_of_a_head_tree_detects_a_residual_not_updated(kind, monkeypatch):
+    import verifiers.tree
+    target = tiny_target()
+    draft = make_head(kind, target)
+    monkeypatch.setattr(verifiers.tree, "residual", lambda p, q: p)
+    run = lambda: speculative_generate(target, draft, torch.tensor([[2, 0]]), 3, k=2, verify="tree", branches=(2, 2),
+                                       children="top")[0][0, 2:].tolist()
+    got, want = enumerate_branches(run, monkeypatch), target_joint(target, [2, 0], 3)
+    assert max(abs(got.get(s, 0) - want.get(s, 0)) for s in want) > 1e-3
+
+
+@pytest.mark.parametrize("kind", ["eagle", "medusa"])
+@pytest.mark.parametrize("tree", [dict(branches=(2, 2), children="sample"),
+                                  dict(branches=(3, 3, 3), children="top", budget=8, rerank=True)])
+def test_head_trees_pass_chi_square_against_exact_target(kind, tree):
+    """False-alarm rate 1e-3 per case (one chi-square test at its 0.999 quantile); the window of 8 slides."""
+    torch.manual_seed(0)
+    target = random_gpt(0)
+    draft = make_head(kind, target)
+    prompt, N = [1, 4, 2, 0, 3, 1], 1500
+    counts = sample_continuations(target, draft, prompt, 3, N, seed=0, k=3, verify="tree", **tree)
+    stat, df = chi_square(counts, exact_joint(target, prompt, 3), N)
+    assert stat < chi2_critical(df, 1e-3), f"chi-square {stat:.1f} with {df} dof: not the target's distribution"
+
+
+@pytest.mark.parametrize("kind", ["eagle", "eagle3", "medusa"])
+@pytest.mark.parametrize("tree", [dict(branches=(2, 2), children="top"),
+                                  dict(branches=(4, 4, 4), children="top", budget=10, rerank=True)])
+def test_greedy_head_trees_equal_greedy_plain_and_read_the_target_only_at_slides(kind, tree):
+    """The kept branch's features come from the target's tree forward (model.Features.compacted): had they not,
+    the head would read the target again (extra_reads) or draft from wrong features."""
+    target = random_gpt(3, vocab_size=11, block_size=16)
+    draft = make_head(kind, target)
+    prompt = torch.tensor([[1, 2, 3]])
+    plain, _ = autoregressive_generate(target, prompt, 40, temperature=0)
+    spec, stats = speculative_generate(target, draft, prompt, 40, k=3, temperature=0, verify="tree", **tree)
+    assert spec.tolist() == plain.tolist()
+    assert draft.extra_reads == 1 + 4, "one read at the call's start and one at each slide of the window"
+
+
+@torch.no_grad()
+def check_head_tree(head, tokens, tree, n_true):
+    """Every node's path confidence against the naive path: conf[i] = conf[parent] * softmax(reference logits
+    after the parent's path)[token], the reference recomputed from scratch (reference_q); with sampled children
+    drawn with replacement, its q is that softmax too."""
+    for i, x in enumerate(tree.tokens):
+        path = [tree.tokens[j] for j in tree.path(i)[:-1]]
+        own = torch.softmax(reference_q(head, tokens + path, n_true).float(), -1)
+        parent = tree.confidence(tree.parents[i])
+        assert abs(tree.conf[i] - parent * own[x].item()) < 1e-4, f"node {i} of {tree.parents}"
+        if tree.qs[i].max() < 1:  # drawn from q (not a point mass): at T = 1, q is the draft's softmax
+            assert (tree.qs[i] - own).abs().max().item() < 1e-4
+
+
+@pytest.mark.parametrize("kind", ["eagle", "eagle3", "medusa"])
+@pytest.mark.parametrize("tree", [dict(branches=(2, 2), children="sample", replacement=True),
+                                  dict(branches=(3, 3, 3), children="top", budget=9, rerank=True)])
+def test_a_head_trees_nodes_equal_its_naive_path(kind, tree, monkeypatch):
+    """The head's side of the tree against the naive path: each node's q and path confidence, and the features the
+    head holds after each round equal the target's uncached ones (the accepted branch's came from the tree forward)."""
+    import verifiers.tree
+    target = random_gpt(4, vocab_size=11, block_size=16, sharpness=1.0)
+    draft = make_head(kind, target, scale=4.0)
+    real, grown = verifiers.tree.draft_tree, []
+
+    def draft_tree_checked(drf, tokens, t, k, *args):
+        out = real(drf, tokens, t, k, *args)
+        known = draft.known
+        assert len(known) == len(draft.ids) - 1, "features missing: every token's but the newest come with the rounds"
+        assert (known - uncached_features(target, draft.ids, draft)[:-1]).abs().max().item() < 1e-4, "wrong features"
+        check_head_tree(draft, list(draft.ids), out[0], draft.n_known())  # the window's tokens
+        grown.append(len(out[0].tokens))
+        return out
+
+    monkeypatch.setattr(verifiers.tree, "draft_tree", draft_tree_checked)
+    _, stats = speculative_generate(target, draft, torch.tensor([[5, 1, 2]]), 40, k=3, verify="tree", **tree,
+                                    generator=torch.Generator().manual_seed(0))
+    assert len(grown) > 5 and sum(kept >= 1 for _, _, kept in stats.rounds) >= 5, "too few branches kept"
+
+
+@pytest.mark.parametrize("kind", ["eagle", "medusa"])
+def test_the_checks_catch_features_not_following_the_kept_branch(kind, monkeypatch):
+    """The planted bug: the target's tree forward record left as it was (every node, not the kept branch): the
+    head finds no features for the kept branch (a sibling sits where it looks). EAGLE reads the target again,
+    Medusa drafts from an older feature; both checks see it."""
+    import model
+    monkeypatch.setattr(model.Features, "compacted", lambda self, n, slots: self)
+    if kind == "medusa":
+        with pytest.raises(AssertionError, match="features missing"):
+            test_a_head_trees_nodes_equal_its_naive_path(kind, dict(branches=(2, 2), children="sample",
+                                                                    replacement=True), monkeypatch)
+    else:
+        with pytest.raises(AssertionError, match="one read at the call's start"):
+            test_greedy_head_trees_equal_greedy_plain_and_read_the_target_only_at_slides(kind, dict(
+                branches=(2, 2), children="top"))

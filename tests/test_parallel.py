@@ -172,9 +172,8 @@ def test_bad_input_is_one_line(tmp_path, capsys):
     assert "--parallel K: K is the tokens one forward proposes, at least 2" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("make", [lambda t: fresh_parallel(), lambda t: __import__("drafts.heads").heads.ReadsTarget(t)])
-def test_a_chains_only_draft_is_refused_by_tree_verifiers_before_any_token(make):
+def test_a_chains_only_draft_is_refused_by_tree_verifiers_before_any_token():
     target = random_gpt(0, vocab_size=7, block_size=16)
     for verify in ("tree", "multidraft"):
         with pytest.raises(ValueError, match="chains, not trees"):
-            speculative_generate(target, make(target), torch.tensor([[1]]), 5, k=2, verify=verify)
+            speculative_generate(target, fresh_parallel(), torch.tensor([[1]]), 5, k=2, verify=verify)

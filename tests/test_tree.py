@@ -19,7 +19,7 @@ from tests.test_stop import cut_at_stop
 from tests.test_variants import first_round_tokens, output_distribution
 from drafts.ngram import NGramDraft
 from verifiers.lossy import total_variation
-from verifiers.tree import Tree, expected_accepted
+from verifiers.tree import Tree, expected_accepted, expected_accepted_tree
 
 T1, K2 = dict(temperature=1.0), dict(temperature=1.0, top_k=2)  # K2: q's support has 2 tokens, fewer branches
 
@@ -61,6 +61,57 @@ def test_tree_with_a_budget_is_exact(k, n, sampling, branches, children, budget,
                                     verify="tree", branches=branches, children=children,
                                     budget=budget)
     assert_same_distribution(got, want)
+
+
+@pytest.mark.parametrize("k,n,sampling,branches,budget", [
+    (2, 3, T1, (2, 2), 3),  # the root's 2 children, then the likelier one's better child
+    (3, 4, T1, (3, 2, 2), 5),
+    (3, 4, K2, (2, 2, 2), 0),  # rerank without a budget: every grown node stays
+    (2, 3, dict(temperature=0.0), (3, 3), 4),
+    (2, 4, dict(temperature=1.0, top_p=0.8), (2, 2), 3),  # the windows slide
+])
+def test_eagle_2s_dynamic_tree_is_exact(k, n, sampling, branches, budget, monkeypatch):
+    """rerank=True: which nodes are expanded and which are kept depends on the draft's outputs alone (its top
+    tokens, each a point mass, ranked by the product of its probabilities along the path)."""
+    got, want = output_distribution(monkeypatch, n=n, k=k, sampling=sampling, verify="tree", branches=branches,
+                                    children="top", budget=budget, rerank=True)
+    assert_same_distribution(got, want)
+
+
+def test_eagle_2s_dynamic_tree_expands_and_keeps_the_likeliest_nodes(monkeypatch):
+    """Each depth expands the branches[d] nodes of highest path confidence; the budget likeliest of all grown nodes
+    are kept, with their ancestors (a child is never more likely than its parent); the target sees only those."""
+    target = random_gpt(0, vocab_size=11, block_size=32, sharpness=3.0)
+    draft = random_gpt(1, vocab_size=11, block_size=32, n_layer=1, n_head=1, n_embd=8, sharpness=1.0)
+    grown, real = [], Tree.subtree
+    monkeypatch.setattr(Tree, "subtree", lambda tree, keep: (lambda sub: grown.append((tree, keep, sub)) or sub)(
+        real(tree, keep)))
+    _, stats = speculative_generate(target, draft, torch.tensor([[3, 1, 4]]), 30, k=3, verify="tree",
+                                    branches=(3, 3, 3), children="top", budget=7, rerank=True,
+                                    generator=torch.Generator().manual_seed(0))
+    assert len(grown) >= 5
+    for tree, keep, sub in grown:
+        assert len(sub.tokens) == min(7, len(tree.tokens)) and all(p in keep or p < 0 for i in keep
+                                                                    for p in [tree.parents[i]])
+        assert min(tree.conf[i] for i in keep) >= max([tree.conf[i] for i in range(len(tree.tokens)) if i not in keep],
+                                                      default=0.0)
+        assert all(c <= tree.confidence(p) + 1e-12 for c, p in zip(tree.conf, tree.parents))
+        for d in range(1, max(tree.depth)):  # only the 3 likeliest nodes of depth d have children (K < 3 near the end)
+            parents = {p for p, dp in zip(tree.parents, tree.depth) if dp == d + 1}
+            level = sorted((i for i, dp in enumerate(tree.depth) if dp == d), key=lambda i: -tree.conf[i])
+            assert parents <= set(level[:3]) and len(parents) == min(3, len(level))
+
+
+def test_the_tree_prediction_of_any_shape():
+    """expected_accepted_tree equals expected_accepted on a shape with as many children at every node of a depth,
+    and on a lopsided one sums each node's chance to be kept."""
+    a = {(1, 0): 0.6, (1, 1): 0.3, (2, 0): 0.5, (2, 1): 0.2, (3, 0): 0.4}
+    full = [-1, -1, 0, 0, 1, 1, 2, 4]  # depth 3 under one node of each pair only: not uniform
+    assert abs(expected_accepted_tree([-1, -1, 0, 0, 1, 1], a) - expected_accepted(a, [2, 2])) < 1e-12
+    reach = {0: 0.6, 1: 0.4 * 0.3}
+    reach.update({2: reach[0] * 0.5, 3: reach[0] * 0.5 * 0.2, 4: reach[1] * 0.5, 5: reach[1] * 0.5 * 0.2})
+    reach.update({6: reach[2] * 0.4, 7: reach[4] * 0.4})
+    assert abs(expected_accepted_tree(full, a) - sum(reach.values())) < 1e-12
 
 
 def test_enumeration_detects_sampled_children_dropped_by_their_own_probability(monkeypatch):
@@ -253,9 +304,9 @@ def test_bench_reports_trees_beside_the_chain(capsys, tmp_path):
     bench.main(["--tree_shapes", "1", "2,2", "--k", "2", "--settings", "t1.0", "--prompts", "1", "--prompt_len", "16",
                 "--max_new_tokens", "12", "--repeats", "1", "--json", str(tmp_path / "tree.json")])
     out = capsys.readouterr().out
-    rows = [line.split(" | ")[2:4] for line in out.splitlines() if line.startswith("| t1.0")]
+    rows = [line.split(" | ")[3:5] for line in out.splitlines() if line.startswith("| t1.0")]
     assert rows == [["1", "sample"], ["2,2", "sample"], ["1", "top"], ["2,2", "top"]]
-    assert "t1.0, K=2, sample, branches 2,2: " in out and "tokens per target call against the chain" in out
+    assert ", K=2, sample, 2,2: " in out and "tokens per target call against the chain" in out
     assert len(json.load(open(tmp_path / "tree.json"))["tree_rows"]) == 4
 
 
@@ -265,6 +316,8 @@ def test_bench_reports_trees_beside_the_chain(capsys, tmp_path):
     (dict(children="best"), "children must be 'sample'"),
     (dict(replacement=1), "replacement must be True"),
     (dict(budget=-1), "budget must be an int >= 0"),
+    (dict(rerank=1), "rerank must be True"),
+    (dict(rerank=True, budget=4), "exact only for children='top'"),  # children="sample" by default
     (dict(k="auto"), "verify='tree': k='auto' chooses K for token-wise rounds"),
 ])
 def test_bad_tree_arguments_are_refused_clearly(kwargs, message):

@@ -15,11 +15,12 @@ A tree (tree_round) is grown by the draft one forward per level and scored in ON
 attention mask (tree_attention, model.GPT's pos and mask); both caches then keep the accepted path (compact).
 Children are sampled without replacement by default (Jeon et al. 2024; replacement=True: i.i.d., SpecInfer) or
 are the draft's top tokens, each tested as a point mass. budget=N grows at most N nodes where the draft's path
-probability is highest (after EAGLE-2's dynamic trees).
+probability is highest (after EAGLE-2's dynamic trees). rerank=True (children="top") is EAGLE-2's dynamic tree
+itself: each depth expands its likeliest nodes, and the budget likeliest nodes of the whole grown tree are kept.
 
-What it leaves out: EAGLE-2's reranking of the grown tree (it would drop sampled nodes by their own values, which
-is not exact), trees in batches (engine/batched.py), and k="auto" (its entry's auto_k=False: AutoK models
-token-wise rounds).
+What it leaves out: EAGLE-2's rerank of sampled children (it would drop sampled nodes by their own values, which
+is not exact: docs/variants.md), trees in batches (engine/batched.py), and k="auto" (its entry's auto_k=False:
+AutoK models token-wise rounds).
 """
 
 from dataclasses import dataclass, field
@@ -57,13 +58,25 @@ class Tree:
     parents: list = field(default_factory=list)
     depth: list = field(default_factory=list)
     qs: list = field(default_factory=list)
+    conf: list = field(default_factory=list)  # path confidence: the product of the draft's probabilities on the path
 
-    def add(self, x, parent, q):  # -> the new node's index
+    def add(self, x, parent, q, conf=1.0):  # -> the new node's index
         self.tokens.append(x)
         self.parents.append(parent)
         self.depth.append(1 if parent < 0 else self.depth[parent] + 1)
         self.qs.append(q)
+        self.conf.append(conf)
         return len(self.tokens) - 1
+
+    def confidence(self, i):  # node i's path confidence; the root's (-1) is 1
+        return 1.0 if i < 0 else self.conf[i]
+
+    def subtree(self, keep):  # increasing node indices, with their parents among them -> the Tree of those nodes
+        new = {-1: -1}
+        sub = Tree()
+        for i in keep:
+            new[i] = sub.add(self.tokens[i], new[self.parents[i]], self.qs[i], self.conf[i])
+        return sub
 
     def children(self, i):  # -> the nodes after node i (-1: the root), in the order they were drawn
         return [j for j, parent in enumerate(self.parents) if parent == i]
@@ -88,37 +101,48 @@ def draw_children(q, logits, m, children, replacement, generator):  # q (V,), lo
     return drawn
 
 
-def draft_tree(draft, tokens, t, k, branches, children, replacement, probs, generator, budget=0):
+def draft_tree(draft, tokens, t, k, branches, children, replacement, probs, generator, budget=0, rerank=False):
     """Step 1 of a tree round: the draft grows a tree of depth k above position t, level by level, ONE draft
-    forward per level over all of that level's nodes (tree attention in the draft's cache, as in the target's).
+    forward per level over the nodes whose children come next (tree attention in the draft's cache, as in the
+    target's). A node's path confidence is the product along its path of the draft's own probabilities (softmax
+    of its logits, before temperature, top-k or top-p: at T = 0 the q sampled from is one-hot), EAGLE-2's.
     budget=N (0: none): at most N nodes, each level spending at most its share of what is left (so the tree
-    reaches depth k), its nodes getting their children best first by the draft's path probability (the product
-    of q along the path, after EAGLE-2): the likely paths grow deeper. Still exact: how many children a node gets
-    is fixed before they are drawn, from tokens already drawn.
-    -> (Tree, how many nodes the draft's cache holds after x_{t-1}, or 0). If the draft's window slides inside
-    the round, each node is read on its own instead (draft.logits re-fills the window)."""
-    tree, level, reach = Tree(), [-1], {-1: 1.0}  # level: the nodes whose children come next; reach: path probability
+    reaches depth k), its nodes getting their children best first by path confidence: the likely paths grow
+    deeper. Still exact: how many children a node gets is fixed before they are drawn, from tokens already drawn.
+    rerank=True (children="top" only; EAGLE-2's dynamic tree): at depth d the branches[d] nodes of highest path
+    confidence get branches[d] top children each, and only they go through the draft; after depth k the budget
+    nodes of highest path confidence are kept (0: all), which keeps each kept node's ancestors (a child's
+    confidence is at most its parent's). Exact: every choice is made from the draft's outputs, none by a draw.
+    -> (Tree, slots): slots[i] is node i's offset in the draft's cache after x_{t-1}, None if it was never fed.
+    If the draft's window slides inside the round, each node is read on its own instead (draft.logits re-fills
+    the window) and no node stays in its cache."""
+    tree, level, fed = Tree(), [-1], []  # level: the nodes whose children come next; fed: the nodes in the cache
     logits = draft.logits(tokens, t, 1)  # (1, V): the draft at the root, after x_{t-1}
     one_window = window_end(t, draft.W) >= t + k - 1
-    P, fed = draft.model.cache_len, 0  # x[s:t]; node i goes to slot P + i
+    P = draft.model.cache_len  # x[s:t]; fed[j] goes to slot P + j
     for d in range(k):  # the children of the nodes at depth d sit at position t + d
-        new, order = [], sorted(range(len(level)), key=lambda i: -reach[level[i]]) if budget else range(len(level))
+        new = []
         share = -(-(budget - len(tree.tokens)) // (k - d))  # this level's share of the budget left, rounded up
+        order = range(len(level))
+        if budget and not rerank:  # the likelier paths get their children first
+            order = sorted(order, key=lambda i: -tree.confidence(level[i]))
         for i in order:  # logits[i] (V,): the draft after level[i]'s path
-            m = width(branches, d) if not budget else min(width(branches, d), share - len(new))
+            m = width(branches, d) if not budget or rerank else min(width(branches, d), share - len(new))
             if m <= 0:  # this level's share is spent
                 break
             q = speculative.draft_probs(logits[i], probs, t + d, tokens, t)
+            own = torch.softmax(logits[i].float(), -1)  # the draft's own probabilities: its confidence (EAGLE-2's)
             for x, q_x in draw_children(q, logits[i], m, children, replacement, generator):
-                new.append(tree.add(x, level[i], q_x))
-                reach[new[-1]] = reach[level[i]] * q[x].item()
-        level = sorted(new)  # breadth first: the order the draft's cache and the target's forward hold them in
-        if d == k - 1 or not level or (budget and len(tree.tokens) >= budget):  # no level after this one
+                new.append(tree.add(x, level[i], q_x, tree.confidence(level[i]) * own[x].item()))
+        # breadth first: the order the draft's cache and the target's forward hold them in
+        level = sorted(sorted(new, key=lambda i: -tree.conf[i])[:width(branches, d + 1)]) if rerank else new
+        if d == k - 1 or not level or (budget and not rerank and len(tree.tokens) >= budget):  # no level after this
             break
         if one_window:  # level d+1 in one forward: each node sees the prefix and its own ancestors
-            pos, mask = tree_attention(P, tree.parents, draft.device)  # (nodes,), (nodes, P + nodes)
-            logits = draft.forward([tree.tokens[i] for i in level], pos=pos[fed:], mask=mask[fed:])[0]
-            fed = len(tree.tokens)
+            index = {node: j for j, node in enumerate(fed + level)}
+            pos, mask = tree_attention(P, [index.get(tree.parents[i], -1) for i in fed + level], draft.device)
+            logits = draft.forward([tree.tokens[i] for i in level], pos=pos[len(fed):], mask=mask[len(fed):])[0]
+            fed += level
         else:  # subtle: the window slides inside the round: every node reads its own path from x[s(t+d+1):]
             rows = []
             for i in level:
@@ -127,7 +151,12 @@ def draft_tree(draft, tokens, t, k, branches, children, replacement, probs, gene
             logits = torch.stack(rows)  # (len(level), V)
     if not one_window:
         draft.rollback(t)  # the next round re-reads whatever is kept
-    return tree, fed
+    slot = {node: j for j, node in enumerate(fed)}
+    kept = range(len(tree.tokens))
+    if rerank and budget:  # EAGLE-2's rerank: the budget likeliest nodes, ties to the earlier (a parent first)
+        kept = sorted(sorted(kept, key=lambda i: (-tree.conf[i], i))[:budget])
+        tree = tree.subtree(kept)
+    return tree, [slot.get(i) for i in kept]
 
 
 def tree_attention(P, parents, device):  # P cached tokens, T parent indices -> pos (T,), mask (T, P+T)
@@ -182,20 +211,23 @@ def walk_tree(tree, p, generator, check=lambda row: None):  # Tree, p (1 + nodes
         path.append(node)
 
 
-def keep_path(model, t, path, cached):  # CachedModel, kept nodes, nodes its cache holds after x_{t-1}
+def keep_path(model, t, offsets):  # CachedModel, the kept nodes' offsets in its cache after x_{t-1}
     """After a tree forward: keep the kept nodes in the cache, right after x_{t-1}; forget the other nodes."""
-    first = t - model.start  # the cache slot of position t: node 0 sits there
-    model.model.compact(first, [first + i for i in path if i < cached])
+    first = t - model.start  # the cache slot of position t
+    model.model.compact(first, [first + i for i in offsets])
 
 
-tree_trace = None  # a list to append each tree round's (K, nodes, tested) to (bench.tree_report); None: nothing kept
+# a list to append each tree round's (K, nodes, tested, grown) to (bench.tree_report); None: nothing kept.
+# grown: (parent, path confidence, on the kept path?) for every node: the shape, and EAGLE-2's calibration
+tree_trace = None
 
 
-def tree_round(target, draft, tokens, k, probs, generator, branches, children, replacement, budget=0):
+def tree_round(target, draft, tokens, k, probs, generator, branches, children, replacement, budget=0, rerank=False):
     """A tree of drafts of depth k (SpecInfer, Miao et al. 2024; Sequoia; EAGLE-2): each node at depth d-1 (the
     root: depth 0) has branches[d-1] children at depth d, 1 beyond len(branches). The draft grows it one
     forward per level, the target scores every node in ONE forward, walk_tree keeps a path, and both caches keep
-    that path only. budget=N: at most N nodes, grown where the draft's path probability is highest (draft_tree).
+    that path only. budget=N: at most N nodes, grown where the draft's path probability is highest (draft_tree);
+    rerank=True: EAGLE-2's dynamic tree (draft_tree).
     Appends 1..k+1 tokens; returns how many drafts it kept. Lossless for children="sample" and "top" alike, with
     or without a budget (the shape and the guesses depend only on the draft's outputs). k="auto" is refused (its
     entry's auto_k=False): AutoK models token-wise rounds (Theorem 3.8) and times (K+1)-token forwards; a tree's
@@ -204,18 +236,19 @@ def tree_round(target, draft, tokens, k, probs, generator, branches, children, r
     if k == 0:  # the last token of a call, or at a window change: nothing to draft
         return speculative.speculative_round(target, draft, tokens, 0, probs, generator)
     t = len(tokens)
-    tree, draft_cached = draft_tree(draft, tokens, t, k, branches, children, replacement, probs, generator,
-                                    budget)  # 1.
+    tree, slots = draft_tree(draft, tokens, t, k, branches, children, replacement, probs, generator, budget,
+                             rerank)  # 1.
     logits = score_tree(target, tokens, t, tree, k)  # 2. (1 + nodes, V), ONE target forward
     p, depth = probs(logits), [0] + tree.depth  # row i: the target at position t + depth[i]
     check = lambda i: speculative.checked(p[i], logits[i], "target", t + depth[i], tokens, t)
     path, after, tested = walk_tree(tree, p, generator, check)  # 3.
-    keep_path(target, t, path, len(tree.tokens))
-    if draft_cached:  # else the draft's cache holds x[s:t] at most (rolled back, or no level fed)
-        keep_path(draft, t, path, draft_cached)
+    keep_path(target, t, path)
+    if any(a is not None for a in slots):  # else the draft's cache holds x[s:t] at most (rolled back, or no level fed)
+        keep_path(draft, t, [slots[i] for i in path if slots[i] is not None])  # (a fed node's ancestors were fed)
     tokens += [tree.tokens[i] for i in path] + [after]
     if tree_trace is not None:
-        tree_trace.append((k, len(tree.tokens), tested))
+        tree_trace.append((k, len(tree.tokens), tested, [(parent, c, i in path) for i, (parent, c) in
+                                                         enumerate(zip(tree.parents, tree.conf))]))
     return len(path)
 
 
@@ -241,9 +274,24 @@ def expected_accepted(acceptance, widths):  # {(depth, rank): a}, children per n
     return total
 
 
+def expected_accepted_tree(parents, acceptance):  # one tree's parents (-1: the root), {(depth, rank): a} -> E[kept]
+    """expected_accepted for any shape (a dynamic tree's): node j, the rank-th child of its parent, is kept with
+    probability P(parent kept) * prod_{i < rank} (1 - a_{d,i}) * a_{d,rank}; E[drafts kept] is their sum."""
+    reach, seen, total = {-1: 1.0}, {}, 0.0  # seen[parent]: (children so far, P(all of them rejected))
+    depth = {-1: 0}
+    for j, parent in enumerate(parents):
+        depth[j] = depth[parent] + 1
+        rank, missed = seen.get(parent, (0, 1.0))
+        a = acceptance.get((depth[j], rank), 0.0)
+        reach[j] = reach[parent] * missed * a
+        seen[parent] = (rank + 1, missed * (1.0 - a))
+        total += reach[j]
+    return total
+
+
 def acceptance_by_depth_and_rank(trace):  # tree_trace's entries -> {(depth, rank): kept / tested}
     tried, kept = {}, {}
-    for _, _, tested in trace:
+    for _, _, tested, _ in trace:
         for d, j, ok in tested:
             tried[d, j] = tried.get((d, j), 0) + 1
             kept[d, j] = kept.get((d, j), 0) + ok
@@ -251,7 +299,7 @@ def acceptance_by_depth_and_rank(trace):  # tree_trace's entries -> {(depth, ran
 
 
 
-def check_tree(branches, children, replacement, budget=0):
+def check_tree(branches, children, replacement, budget=0, rerank=False):
     if not isinstance(branches, tuple) or not all(isinstance(b, int) and not isinstance(b, bool) and b >= 1
                                                   for b in branches):
         raise ValueError(f"branches must be a tuple of ints >= 1, the children of each node at depth 0, 1, ... "
@@ -264,6 +312,12 @@ def check_tree(branches, children, replacement, budget=0):
     if not isinstance(budget, int) or isinstance(budget, bool) or budget < 0:
         raise ValueError(f"budget must be an int >= 0, the most nodes a tree may have (0: the fixed shape of "
                          f"branches), got {budget!r}")
+    if not isinstance(rerank, bool):
+        raise ValueError(f"rerank must be True (EAGLE-2's dynamic tree) or False, got {rerank!r}")
+    if rerank and children != "top":
+        raise ValueError("rerank=True keeps the nodes of highest path confidence after they are drawn: exact only "
+                         "for children='top' (chosen from the draft's logits, each a point mass); a sampled child "
+                         "kept by its own probability no longer follows q (docs/variants.md). Pass children='top'")
 
 
 def check_multidraft(n_drafts, replacement):
@@ -280,12 +334,15 @@ speculative.ROUNDS.update(
                             "the tree with branches=(n_drafts,)",
                         help=dict(n_drafts="with --verify multidraft: candidates at the root",
                                   replacement="with --verify multidraft or tree: i.i.d. candidates (default: distinct)")),
-    tree=Verifier(tree_round, dict(branches=(2, 2), children="sample", replacement=False, budget=0), check=check_tree,
+    tree=Verifier(tree_round, dict(branches=(2, 2), children="sample", replacement=False, budget=0, rerank=False),
+                  check=check_tree,
                   auto_k=False, trees=True,
                   doc="a draft tree of depth K, one target forward (SpecInfer, Sequoia, EAGLE-2): lossless",
                   help=dict(branches="with --verify tree: children of each node at depth 0, 1, ..., then 1 (e.g. 2,2)",
                             children="with --verify tree: sample (drawn from the draft's q) or top (its most likely "
                                      "tokens, each a point mass)",
                             budget="with --verify tree: at most this many nodes, grown best first by the draft's path "
-                                   "probability (EAGLE-2); 0: the fixed shape")),
+                                   "probability (EAGLE-2); 0: the fixed shape",
+                            rerank="with --verify tree --children top: EAGLE-2's dynamic tree: expand the branches[d] "
+                                   "likeliest nodes of each depth, keep the budget likeliest of all")),
 )
