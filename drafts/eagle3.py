@@ -20,8 +20,8 @@ one keeps the draft small). In Theorem 3.8's terms: EAGLE-1's c (one block at th
 forward now also handing over two more blocks' outputs (no extra compute).
 
 What it leaves out: the paper's attention mask for the unrolled steps (the draft sees the teacher-forced prefix
-at every step; tried for EAGLE-1 and kept fewer drafts here, BENCHMARKS.md), its vocabulary-reduced head, trees of
-drafts, and batches.
+at every step; tried for EAGLE-1 and kept fewer drafts here, BENCHMARKS.md), its vocabulary-reduced head, and batches.
+Trees of drafts (EAGLE-2's dynamic tree: verify="tree", rerank=True) come from drafts/eagle.py, unchanged.
 """
 
 import torch
