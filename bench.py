@@ -304,6 +304,13 @@ def why_it_does_not_pay(alpha, c, v, measured=None, K=None, k_max=16):
                    ", and no acceptance pays at this c.")
 
 
+def build_draft(args, name, target, tmeta):
+    """-> the draft of one --draft entry (main, suite_report, tree_report): a registered draft by name, or a path:
+    a head's checkpoint, a model, or a model on another tokenizer (drafts/cross_vocab.py)."""
+    return make_draft(args, name, target) if name in DRAFTS else draft_from_path(
+        name, target, tmeta, args.device, args.decoder[0])
+
+
 def main(argv=None):
     args = get_args(argv)
     torch.manual_seed(args.seed)
@@ -319,8 +326,7 @@ def main(argv=None):
         return suite_report(args, target, tmeta)
     variants = []  # (label, draft, verify keyword arguments): every --draft with every --verify
     for path in args.draft.split(","):
-        draft = make_draft(args, path, target) if path in DRAFTS else draft_from_path(  # a head, a model, or a model
-            path, target, tmeta, args.device, args.decoder[0])  # on another tokenizer (drafts/cross_vocab.py)
+        draft = build_draft(args, path, target, tmeta)
         too_long = [K for K in args.k if beyond_max_k(draft, K)]
         if too_long:
             print(f"--draft {path} proposes at most {draft.max_k} tokens per round: its rows for K = "
@@ -526,8 +532,7 @@ def suite_report(args, target, tmeta):
     tok = data.Tokenizer(tmeta["tokenizer"])
     K = args.k[0]
     names = args.draft.split(",")
-    made = {name: make_draft(args, name, target) if name in DRAFTS else draft_from_path(
-        name, target, tmeta, args.device, args.decoder[0]) for name in names}
+    made = {name: build_draft(args, name, target, tmeta) for name in names}
     label = {name: name if name in DRAFTS else os.path.basename(name).removesuffix(".pt") for name in names}
     for name, draft in made.items():
         if beyond_max_k(draft, K):
@@ -771,18 +776,18 @@ def tree_report(args, target, tmeta):
     predicted from their acceptance by depth and sibling rank (tree.expected_accepted_tree, each round's own
     shape: Theorem 3.8 has no tree form), its own and, for fixed shapes, the widest fixed tree's (out of sample);
     for dynamic trees also the draft's own estimate, 1 + the sum of its path confidences; v(nodes), the tree
-    forward's cost in target steps; c, the draft's time per round over K, in target steps; tok/s, speedup, and
+    forward's cost in target steps; c, one draft forward (a whole level), in target steps; tok/s, speedup, and
     the speedup that the prediction gives with this v and with v = 1 (a GPU, where a forward of up to ~64 tokens
     costs about one step): tokens per round / (K c + v)."""
     prompts = [p.to(args.device) for p in
                held_out_prompts(data.Tokenizer(tmeta["tokenizer"]), args.prompts, args.prompt_len, args.corpus)]
     names = args.draft.split(",")
-    built = {name: make_draft(args, name, target) if name in DRAFTS else draft_from_path(
-        name, target, tmeta, args.device, args.decoder[0]) for name in names}
+    built = {name: build_draft(args, name, target, tmeta) for name in names}
     sizes = ", ".join(f"{shown(name)} ({built[name].num_params() / 1e6:.2f}M)" for name in names)
     sizes = f"({target.num_params() / 1e6:.2f}M), drafts {sizes}"
-    fast = {name: with_decoder(args.decoder[0], target, draft) for name, draft in built.items()}
-    target = fast[names[0]][0]  # (heads read the model they were built for: FastGPT leaves its features there too)
+    fast = {name: with_decoder(args.decoder[0], None, draft)[1] for name, draft in built.items()}
+    target = with_decoder(args.decoder[0], target)[0]  # a head reads the GPT it was built for: FastGPT leaves it
+    #                                                    the features too
     children = getattr(args, "children", None)  # registry flags are absent unless given
     rules = [children] if children else ["sample", "top"]
     replacement = bool(getattr(args, "replacement", False))
@@ -791,7 +796,7 @@ def tree_report(args, target, tmeta):
     gen, n, rows = torch.Generator(device=args.device), args.max_new_tokens, []
     run = lambda col, prompt, seed, sampling: (
         autoregressive_generate(target, prompt, n, generator=gen.manual_seed(seed), **sampling) if col is None else
-        speculative_generate(target, fast[col[0]][1], prompt, n, k=col[1], verify="tree", branches=col[2],
+        speculative_generate(target, fast[col[0]], prompt, n, k=col[1], verify="tree", branches=col[2],
                              budget=col[3], rerank=bool(col[3]) and col[4] == "top", children=col[4],
                              replacement=replacement, generator=gen.manual_seed(seed), **sampling))[1]
     for name in args.settings:

@@ -43,6 +43,7 @@ class FastGPT(nn.Module):
         tr = model.transformer
         self.wte, self.wpe, self.ln_f = w(tr.wte.weight), w(tr.wpe.weight), (w(tr.ln_f.weight), w(tr.ln_f.bias))
         self.positions = torch.arange(self.config.block_size, device=self.wte.device)  # (W,)
+        self.features = None  # Features of the last cached forward (set on the wrapped model too)
         self.reset_cache()
 
     def reset_cache(self, batch_size=1):
@@ -68,7 +69,7 @@ class FastGPT(nn.Module):
                 kc[:, :, n:n + len(slots)] = kc[:, :, slots]  # advanced indexing copies first: overlap is safe
                 vc[:, :, n:n + len(slots)] = vc[:, :, slots]
         self.length = n + len(slots)
-        if getattr(self, "features", None) is not None:  # the last forward's features follow (model.Features.compacted)
+        if self.features is not None:  # the last forward's features follow (model.Features.compacted)
             self.features = self.model.features = self.features.compacted(n, slots)
 
     def forward(self, idx, targets=None, use_cache=False, pos=None, mask=None):  # (1, T) -> (logits (1, T, V), None)
