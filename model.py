@@ -32,6 +32,7 @@ RowCache, rotary/relative positions, and the training loop (see train_draft.py).
 import math
 import os
 import pickle
+import zipfile
 from dataclasses import asdict, dataclass
 
 import torch
@@ -390,15 +391,51 @@ def save_checkpoint(path, model, meta=None, dtype=None):
 
 def read_plain(path, writer, retrain):  # -> torch.load(path) of plain data, or one clear ValueError
     """torch.load(path, weights_only=True) for the checkpoints written by `writer`. A file torch cannot read (cut
-    short while copying, or not a checkpoint at all: a text file, another format) gets one error naming it and
-    saying what to do, instead of torch's traceback, whose advice (weights_only=False) would run what it holds."""
+    short while copying, or not a checkpoint at all: a text file, another format) gets one line naming it, saying
+    what it is instead (unreadable) and what to do, instead of torch's traceback, whose advice (weights_only=False)
+    would run what it holds."""
     try:
         return torch.load(path, map_location="cpu", weights_only=True)
     except PermissionError:  # (its own message is clear)
         raise
-    except (OSError, RuntimeError, EOFError, ValueError, pickle.UnpicklingError):  # what torch.load raises for them
-        raise ValueError(f"cannot read {path!r}: it is truncated, or not a checkpoint written by {writer}. Copy it "
-                         f"again (the shipped ones: git checkout -- checkpoints/), or {retrain}") from None
+    except Exception as e:  # subtle: a text file parses as pickle opcodes, so any error can come out (IndexError...)
+        what, cut = unreadable(path, e)
+        todo = (f"Copy it again (the shipped ones: git checkout -- checkpoints/), or {retrain}" if cut else
+                f"Pass a checkpoint written by {writer} (the shipped ones are in checkpoints/), or {retrain}")
+        raise ValueError(f"{path!r} {what}. {todo}") from None
+
+
+def unreadable(path, error):  # -> (what path is, in words; was it cut short?), for a file torch.load refused
+    """'x.pt' holding "text" -> ("is not a checkpoint (a torch.save file): it is a text file, beginning 'text'", False).
+    torch.save writes a zip archive holding data.pkl (older torch: a bare pickle); the first bytes tell the rest."""
+    if os.path.isdir(path):
+        return "is a folder, not a checkpoint (a torch.save file)", False
+    size = os.path.getsize(path)
+    with open(path, "rb") as fh:
+        head = fh.read(4096)
+    if size == 0:
+        return "is empty (0 bytes), not a checkpoint (a torch.save file)", True
+    if head.startswith(b"PK\x03\x04"):  # a zip archive, as torch.save writes
+        try:
+            names = zipfile.ZipFile(path).namelist()
+        except zipfile.BadZipFile:  # the directory at its end is missing
+            return f"is cut short: it begins as a checkpoint (a torch.save zip archive) but ends at byte {size}", True
+        if not any(name.endswith("/data.pkl") or name == "data.pkl" for name in names):
+            return (f"is a zip archive, not a checkpoint (a torch.save file holds data.pkl; this one holds "
+                    f"{', '.join(names[:3]) or 'nothing'})"), False
+        if isinstance(error, pickle.UnpicklingError):
+            return ("is a torch.save file of Python objects beyond tensors, numbers and dicts (a whole model saved "
+                    "with torch.save(model)?): loading those would run their code"), False
+        return f"is a damaged checkpoint (torch.load: {type(error).__name__}: {str(error).splitlines()[0]})", True
+    try:
+        text = head.decode("utf-8")
+    except UnicodeDecodeError as e:  # a character cut at the 4096th byte is still text
+        text = head[:e.start].decode("utf-8") if e.start >= len(head) - 3 else None
+    if text is not None and "\0" not in text:
+        first = text.strip().splitlines()[0] if text.strip() else text
+        return f"is not a checkpoint (a torch.save file): it is a text file, beginning {first[:40]!r}", False
+    return ("is not a checkpoint (a torch.save file): its bytes are neither a zip archive nor a pickle that "
+            "torch.load reads"), False
 
 
 def load_checkpoint(path, device="cpu"):
@@ -410,7 +447,8 @@ def load_checkpoint(path, device="cpu"):
                                 "(see README, 'Train your own') or pass the right path")
     ckpt = read_plain(path, "model.save_checkpoint", "retrain it with train_draft.py")
     if not isinstance(ckpt, dict) or "model_args" not in ckpt or "state_dict" not in ckpt:
-        raise ValueError(f"{path!r} is not a checkpoint written by model.save_checkpoint")
+        raise ValueError(f"{path!r} is a torch.save file, but not a checkpoint written by model.save_checkpoint (it "
+                         "holds no model_args and state_dict): pass one train_draft.py wrote, e.g. checkpoints/draft.pt")
     for name, w in ckpt["state_dict"].items():
         if w.is_floating_point() and not torch.isfinite(w).all():
             n_nan, n_inf = torch.isnan(w).sum().item(), torch.isinf(w).sum().item()

@@ -1,6 +1,9 @@
 """model.py: the KV cache gives the same logits as a full forward, crops in O(1), checkpoints round-trip, and a file
 torch cannot read (truncated, or no checkpoint) is one clear error."""
 
+import random
+import zipfile
+
 import pytest
 import torch
 
@@ -98,14 +101,47 @@ def test_a_truncated_checkpoint_is_one_clear_error(tmp_path, kind, cut):
         heads.save(path, EagleDraft(target))
         load, writer = (lambda p: heads.load(p, target)), "heads.save"
     path.write_bytes(path.read_bytes()[:cut])  # a copy cut short
-    with pytest.raises(ValueError, match=f"truncated, or not a checkpoint written by {writer}") as err:
+    with pytest.raises(ValueError, match="is empty" if cut == 0 else "is cut short: it begins as a checkpoint") as err:
         load(str(path))
     assert str(path) in str(err.value) and "git checkout" in str(err.value) and "weights_only" not in str(err.value)
 
 
-def test_a_text_file_is_not_a_checkpoint_and_gets_no_weights_only_advice(tmp_path):
-    path = tmp_path / "README.md"
-    path.write_text("# not a checkpoint\n")
-    with pytest.raises(ValueError, match="not a checkpoint") as err:
+def write_zip_of_text(path):
+    with zipfile.ZipFile(path, "w") as z:
+        z.writestr("notes.txt", "not a checkpoint")
+
+
+BAD_FILES = {  # name -> (how to write it, the words that say what it is)
+    # a text file beginning with t: pickle's opcode t, so torch.load fails with IndexError, not UnpicklingError
+    "text beginning with t": (lambda p: p.write_text("text\n"), "it is a text file, beginning 'text'"),
+    "markdown": (lambda p: p.write_text("# not a checkpoint\n"), "it is a text file, beginning '# not a checkpoint'"),
+    "text with a word torch reads as an opcode": (lambda p: p.write_text("hello world\n"), "it is a text file"),
+    "empty": (lambda p: p.write_bytes(b""), "is empty (0 bytes)"),
+    "random bytes": (lambda p: p.write_bytes(bytes(random.Random(0).randrange(256) for _ in range(3000))),
+                     "its bytes are neither a zip archive nor a pickle"),
+    "a zip without data.pkl": (write_zip_of_text, "is a zip archive, not a checkpoint (a torch.save file holds "
+                                                  "data.pkl; this one holds notes.txt)"),
+    "a whole module saved": (lambda p: torch.save({"model": torch.nn.Linear(2, 2)}, p),
+                             "a torch.save file of Python objects beyond tensors"),
+    "a folder": (lambda p: p.mkdir(), "is a folder"),
+}
+
+
+@pytest.mark.parametrize("name", BAD_FILES)
+def test_a_file_that_is_not_a_checkpoint_is_one_line_saying_what_it_is(tmp_path, name):
+    write, words = BAD_FILES[name]
+    path = tmp_path / "x.pt"
+    write(path)
+    with pytest.raises(ValueError) as err:
         load_checkpoint(str(path))
-    assert str(path) in str(err.value) and "weights_only" not in str(err.value)
+    message = str(err.value)
+    assert message.startswith(repr(str(path))) and words in message, message
+    assert "\n" not in message and "weights_only" not in message
+    assert message.endswith("or retrain it with train_draft.py")  # what to do
+
+
+def test_a_torch_file_of_other_plain_data_says_what_a_checkpoint_holds(tmp_path):
+    path = tmp_path / "x.pt"
+    torch.save({"weights": torch.zeros(2)}, path)
+    with pytest.raises(ValueError, match="not a checkpoint written by model.save_checkpoint .*model_args"):
+        load_checkpoint(str(path))

@@ -3,6 +3,8 @@
 import importlib
 import os
 import re
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -10,6 +12,8 @@ import torch
 import sample
 import train_draft
 from model import SHIPPED, load_checkpoint
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 TINY = ["--n_layer", "1", "--n_head", "1", "--n_embd", "16", "--block_size", "16", "--batch_size", "4",
         "--eval_iters", "2", "--eval_interval", "5"]
@@ -190,19 +194,47 @@ def test_sample_errors_are_clear(pair, argv, message):
         sample.main(base + argv)
 
 
+BAD_CHECKPOINTS = {  # kind -> (bytes of the file, the words that say what it is)
+    "truncated": (lambda role: open(SHIPPED[role], "rb").read()[:1000], "is cut short"),  # a copy cut short
+    "text": (lambda role: b"text\n", "is not a checkpoint (a torch.save file): it is a text file"),  # pickle's `t`
+    "empty": (lambda role: b"", "is empty (0 bytes)"),
+    "random bytes": (lambda role: bytes(range(256)) * 4, "neither a zip archive nor a pickle"),
+}
+
+
 @pytest.mark.parametrize("role", ["target", "draft"])
-@pytest.mark.parametrize("kind", ["truncated", "text"])
+@pytest.mark.parametrize("kind", BAD_CHECKPOINTS)
 def test_an_unreadable_checkpoint_is_one_line_naming_the_file_and_its_role(tmp_path, role, kind):
-    path = tmp_path / ("cut.pt" if kind == "truncated" else "README.md")
-    if kind == "truncated":
-        path.write_bytes(open(SHIPPED[role], "rb").read()[:1000])  # a copy cut short
-    else:
-        path.write_text("# not a checkpoint\n")
+    content, words = BAD_CHECKPOINTS[kind]
+    path = tmp_path / "x.pt"
+    path.write_bytes(content(role))
     with pytest.raises(SystemExit) as exit:
         sample.main([f"--{role}", str(path), "--max_new_tokens", "5"])
     message = str(exit.value.code)
-    assert message.startswith(f"{role}: cannot read {str(path)!r}: it is truncated, or not a checkpoint")
+    assert message.startswith(f"{role}: {str(path)!r} ") and words in message, message
     assert "\n" not in message and "weights_only" not in message
+
+
+@pytest.mark.parametrize("kind", ["text", "random bytes"])
+def test_bench_says_the_same_one_line_for_a_draft_that_is_not_a_checkpoint(tmp_path, kind):
+    import bench
+    content, words = BAD_CHECKPOINTS[kind]
+    path = tmp_path / "x.pt"
+    path.write_bytes(content("draft"))
+    with pytest.raises(SystemExit) as exit:
+        bench.main(["--draft", str(path), "--k", "2", "--prompts", "1", "--max_new_tokens", "4", "--repeats", "1"])
+    message = str(exit.value.code)
+    assert message.startswith(f"draft: {str(path)!r} ") and words in message and "\n" not in message, message
+
+
+def test_a_text_file_as_draft_exits_with_one_line_from_the_command_line(tmp_path):
+    path = tmp_path / "x.pt"
+    path.write_text("text\n")
+    proc = subprocess.run([sys.executable, "sample.py", "--draft", str(path)], cwd=ROOT, capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 1 and proc.stdout == "", proc.stdout + proc.stderr
+    assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr, proc.stderr
+    assert proc.stderr.startswith(f"draft: {str(path)!r} is not a checkpoint (a torch.save file)"), proc.stderr
 
 
 def test_bench_prints_a_row_per_setting_and_k(pair, capsys, tmp_path):
