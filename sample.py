@@ -25,6 +25,7 @@ import os
 import statistics
 import sys
 import time
+import traceback
 
 import torch
 
@@ -153,12 +154,39 @@ def import_plugins(argv):
             name = os.path.basename(plugin)[:-3]
             spec = importlib.util.spec_from_file_location(name, plugin)
             sys.modules[name] = module = importlib.util.module_from_spec(spec)
-            spec.loader.exec_module(module)  # an error in your plugin shows its own traceback
+            try:
+                spec.loader.exec_module(module)
+            except Exception as e:
+                del sys.modules[name]
+                raise SystemExit(plugin_failure(plugin, plugin, e)) from None
         else:
             try:
                 importlib.import_module(plugin)
             except ModuleNotFoundError as e:
-                raise SystemExit(f"--plugin {plugin}: {e} (give a module on sys.path, or the path of a .py file)") from e
+                if e.name is not None and (plugin + ".").startswith(e.name + "."):  # the plugin itself is missing
+                    raise SystemExit(f"--plugin {plugin}: {e} (give a module on sys.path, or the path of a .py "
+                                     "file)") from None
+                raise SystemExit(plugin_failure(plugin, None, e)) from None
+            except Exception as e:
+                raise SystemExit(plugin_failure(plugin, None, e)) from None
+
+
+def plugin_failure(plugin, path, error):  # -> one line: the file and line where importing the plugin failed, and why
+    """A syntax error in line 3 of mine.py -> "--plugin mine.py did not import: mine.py, line 3: SyntaxError: invalid
+    syntax (`def f(:`)". An exception raised while importing it names the plugin's own line that raised it (path:
+    its file; None for a module name: the last line of Python on the way)."""
+    if isinstance(error, SyntaxError):  # also an IndentationError; its file may be one the plugin imports
+        file, line, code, what = error.filename, error.lineno, error.text, f"{type(error).__name__}: {error.msg}"
+    else:
+        frames = [f for f in traceback.extract_tb(error.__traceback__) if not f.filename.startswith("<frozen")]
+        own = [f for f in frames if path is not None and os.path.abspath(f.filename) == os.path.abspath(path)]
+        frame = (own or frames)[-1]
+        file, line, code, what = frame.filename, frame.lineno, frame.line, f"{type(error).__name__}: {error}"
+    if file and path is not None and os.path.abspath(file) == os.path.abspath(path):
+        file = path  # as the user typed it
+    where = f"{shown(file)}, line {line}: " if file else ""
+    code = f" (`{code.strip()}`)" if code and code.strip() else ""
+    return " ".join(f"--plugin {plugin} did not import: {where}{what}{code}".split("\n"))
 
 
 def add_plugin_argument(ap):
@@ -293,7 +321,7 @@ def load(path, device, role):
     except FileNotFoundError as e:
         raise SystemExit(f"{role}: {e}. The shipped pair lives in checkpoints/ (git clone brings it); "
                          f"{TRAIN_THEN_SAMPLE}") from e
-    except ValueError as e:  # truncated, not a checkpoint, or weights that diverged: the message names the file
+    except (ValueError, PermissionError) as e:  # not a checkpoint, cut short, diverged weights: it names the file
         raise SystemExit(f"{role}: {e}") from e
     if "tokenizer" not in meta:
         raise SystemExit(f"{path} stores no tokenizer description; retrain it with train_draft.py")

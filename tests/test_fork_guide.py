@@ -65,7 +65,7 @@ def test_every_command_of_the_guide_runs(fork):
         if "sample.py" in command and "generous" in command:
             assert "verify generous (LOSSY: not the target's distribution)" in out.stdout
         if "bench.py" in command:
-            names = ["generous"] if "generous" in command else ["unigram"]
+            names = ["generous (LOSSY) bonus=0.1"] if "generous" in command else ["unigram"]
             assert all(name in out.stdout for name in names), out.stdout[-2000:]
 
 
@@ -103,6 +103,56 @@ def test_a_missing_plugin_file_is_a_clear_error():
     import sample
     with pytest.raises(SystemExit, match="--plugin nowhere.py: no such file"):
         sample.get_args(["--plugin", "nowhere.py"])
+
+
+BROKEN_PLUGINS = {  # what is wrong -> (the plugin's text, the line that fails, the words that say why)
+    "a syntax error": ("import speculative\n\ndef generous(:\n    pass\n", 3,
+                       "SyntaxError: invalid syntax (`def generous(:`)"),
+    "an indentation error": ("def f():\n  x = 1\n    y = 2\n", 3, "IndentationError: unexpected indent"),
+    "a name it cannot import": ("import speculative\nfrom speculative import no_such_name\n", 2,
+                                "ImportError: cannot import name 'no_such_name' from 'speculative'"),
+    "a module that is not installed": ("import no_such_module_for_a_plugin\n", 1,
+                                       "ModuleNotFoundError: No module named 'no_such_module_for_a_plugin'"),
+    "an exception at import": ("import speculative\nx = 1\nspeculative.ROUNDS['bad'] = 1 / 0\n", 3,
+                               "ZeroDivisionError: division by zero (`speculative.ROUNDS['bad'] = 1 / 0`)"),
+}
+
+
+@pytest.mark.parametrize("script", ["sample", "bench"])
+@pytest.mark.parametrize("broken", BROKEN_PLUGINS)
+def test_a_plugin_that_does_not_import_is_one_line_naming_its_file_and_line(tmp_path, script, broken):
+    import importlib
+    body, line, words = BROKEN_PLUGINS[broken]
+    path = tmp_path / "mine.py"
+    path.write_text(body)
+    with pytest.raises(SystemExit) as exit:
+        importlib.import_module(script).get_args(["--plugin", str(path)])
+    message = str(exit.value.code)
+    assert message.startswith(f"--plugin {path} did not import: {path}, line {line}: ") and words in message, message
+    assert "\n" not in message and "mine" not in sys.modules
+
+
+def test_a_plugin_module_that_does_not_import_names_its_file_and_line(tmp_path, monkeypatch):
+    import sample
+    (tmp_path / "broken_plugin_module.py").write_text("import speculative\nraise ValueError('planted')\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(SystemExit) as exit:
+        sample.get_args(["--plugin", "broken_plugin_module"])
+    file = tmp_path / "broken_plugin_module.py"
+    assert str(exit.value.code) == (f"--plugin broken_plugin_module did not import: {file}, line 2: ValueError: "
+                                    "planted (`raise ValueError('planted')`)")
+    with pytest.raises(SystemExit, match="--plugin no_such_plugin_module: No module named 'no_such_plugin_module' "
+                                         r"\(give a module on sys.path"):
+        sample.get_args(["--plugin", "no_such_plugin_module"])
+
+
+def test_a_plugin_with_a_syntax_error_prints_no_traceback(tmp_path):
+    path = tmp_path / "mine.py"
+    path.write_text(BROKEN_PLUGINS["a syntax error"][0])
+    proc = subprocess.run([sys.executable, "sample.py", "--plugin", str(path)], cwd=ROOT, capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr and proc.stderr.count("\n") == 1, proc.stderr
+    assert proc.stderr.startswith(f"--plugin {path} did not import: {path}, line 3: SyntaxError"), proc.stderr
 
 
 def test_the_enumeration_takes_n_and_k_by_name_only(monkeypatch):
