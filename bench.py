@@ -44,7 +44,7 @@ from model import SHIPPED
 from sample import (HELP, add_plugin_argument, add_registry_arguments, check_draft_arguments, check_verify_arguments,
                     draft_from_path, given, import_plugins, int_tuple, load, make_draft, parse_k, shown,
                     verifier_names, verify_params)
-from speculative import DRAFTS, autoregressive_generate, kept_and_tested, round_for, speculative_generate
+from speculative import DRAFTS, ROUNDS, autoregressive_generate, kept_and_tested, round_for, speculative_generate
 from verifiers import tree
 
 SETTINGS = {"t0": dict(temperature=0.0), "t0.8p0.95": dict(temperature=0.8, top_p=0.95), "t1.0": dict(temperature=1.0)}
@@ -256,6 +256,31 @@ def predicted(alpha, K, c, v=1.0):
     return expected_tokens(alpha, K) / (K * c + v)
 
 
+def lossy(verify):  # -> " (LOSSY)" after a verifier's name in every table where its output is not the target's
+    return "" if ROUNDS[verify].lossless else " (LOSSY)"
+
+
+def cell(x, spec, unit=""):  # a table cell: "-" where nothing was measured (nan: no draft tested), else x and unit
+    return "-" if x != x else format(x, spec) + unit
+
+
+def why_nothing_drafted(draft):
+    """-> why every round of a run drafted K = 0, in words: a draft that proposes only where it has a guess (k_for,
+    drafts/suffix.py) had none, or no round had room for a draft (--max_new_tokens 1)."""
+    if not hasattr(draft, "k_for"):
+        return "no round had room for a draft (one new token left), so each was one plain target step"
+    match, prob = getattr(draft, "min_match", None), getattr(draft, "min_prob", None)
+    rule = (f"after an earlier copy of the text's last {match}+ tokens (--suffix_min_match) whose continuation keeps "
+            f"a probability >= {prob} (--suffix_min_prob)" if match else "where it has a guess")
+    return (f"the draft proposed nothing in any round, so each was one plain target step: it proposes only {rule}, "
+            "and no round had that")
+
+
+def k_per_round(median, low, high, draft):  # -> "K per round: median 4, 1..6"; at 0..0, why nothing was drafted
+    text = f"K per round: median {median}, {low}..{high}"
+    return text if high > 0 else f"{text}: {why_nothing_drafted(draft)}"
+
+
 def auto_against_held_out_best(auto, fixed):
     """-> (the best fixed K chosen on the odd-numbered repeats, auto's tokens/s / its tokens/s on the others). The
     largest of several noisy medians is too large (the winner's curse: with neighbouring K within +-10% of each
@@ -335,7 +360,7 @@ def main(argv=None):
             os.path.basename(path).removesuffix(".pt"))  # e.g. ngram3, draft
         for verify in args.verify:
             params = verify_params(args, verify)  # verify=..., and e.g. lenience=0.5 from --lenience
-            label = f"{name} {verify}"
+            label = f"{name} {verify}{lossy(verify)}"  # e.g. "draft lenient (LOSSY) lenience=0.5"
             label += "".join(f" {name}={value}" for name, value in params.items() if name != "verify")
             variants.append((label, draft, params))
     draft = variants[0][1]  # for the warm-up, --profile and --hf
@@ -407,8 +432,10 @@ def main(argv=None):
     print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         print(f"| {r['setting']} | {r['K']} | {r['variant']} | {r['decoder']} | {r['plain_tps']:.0f} | {r['spec_tps']:.0f} | {r['speedup']:.2f}x | "
-              f"{r['alpha']:.3f} | {r['tokens_per_call']:.2f} | {r['c']:.3f} | {r['v']:.2f} | {r['ideal']:.2f}x | "
-              f"{r['with_v']:.2f}x | {r['speedup'] / r['ideal']:.0%} | {r['speedup'] / r['with_v']:.0%} |")
+              f"{cell(r['alpha'], '.3f')} | {r['tokens_per_call']:.2f} | {cell(r['c'], '.3f')} | {r['v']:.2f} | "
+              f"{cell(r['ideal'], '.2f', 'x')} | {cell(r['with_v'], '.2f', 'x')} | "
+              f"{cell(r['speedup'] / r['ideal'], '.0%')} | {cell(r['speedup'] / r['with_v'], '.0%')} |")
+    by_label = {label: d for label, d, _ in variants}
     for auto in (r for r in rows if r["K"] == "auto"):
         same = lambda r: all(r[key] == auto[key] for key in ("setting", "variant", "decoder"))
         fixed = [r for r in rows if same(r) and r["K"] != "auto"]
@@ -419,8 +446,8 @@ def main(argv=None):
             K, ratio = auto_against_held_out_best(auto, fixed)
             vs += (f" (per repeat, middle half: {q1:.0%}-{q3:.0%}); best fixed K on odd repeats = {K}, "
                    f"auto / it on the others = {ratio:.0%}")
-        print(f"{auto['setting']}, {auto['variant']}, {auto['decoder']}: auto {auto['speedup']:.2f}x (K per round: median {auto['k_median']}, "
-              f"{auto['k_min']}..{auto['k_max']}){vs}")
+        k_range = k_per_round(auto["k_median"], auto["k_min"], auto["k_max"], by_label[auto["variant"]])
+        print(f"{auto['setting']}, {auto['variant']}, {auto['decoder']}: auto {auto['speedup']:.2f}x ({k_range}){vs}")
     groups = {}  # (setting, variant, decoder) -> its rows at an int K
     for r in rows:
         if r["K"] != "auto":
@@ -434,7 +461,7 @@ def main(argv=None):
     for group, fixed in groups.items():  # which drafts of a round are kept: a_i = P(draft i kept | draft i tested)
         widest = max(fixed, key=lambda r: r["K"])
         print(f"{', '.join(group)}, K={widest['K']}: acceptance by draft position "
-              + " ".join(f"{a:.3f}" for a in widest["by_position"][:widest["K"]]))
+              + " ".join(cell(a, ".3f") for a in widest["by_position"][:widest["K"]]))
     for label, cross in dict((label, d) for label, d, _ in variants if isinstance(d, CrossVocabDraft)).items():
         for name in args.settings:  # on the held-out prompts themselves: what the shared tokens could win
             mass = statistics.mean(shared_mass(target, p[0].tolist(), 1, cross.target_ids, **SETTINGS[name])
@@ -446,7 +473,9 @@ def main(argv=None):
         best = max((r for r in rows if (r["setting"], r["variant"], r["decoder"]) == group), key=lambda r: r["speedup"])
         if best["speedup"] < 1.0:
             print(f"{', '.join(group)}: does not pay (best {best['speedup']:.2f}x, K = {best['K']}). "
-                  + why_it_does_not_pay(best["alpha"], best["c"], best["v"], best["speedup"], best["K"]))
+                  + (why_it_does_not_pay(best["alpha"], best["c"], best["v"], best["speedup"], best["K"])
+                     if best["alpha"] == best["alpha"]  # nan: no draft tested, no alpha for Theorem 3.8
+                     else f"No draft was tested: {why_nothing_drafted(by_label[best['variant']])}."))
     for multi in (r for r in rows if r["variant"].split()[1] == "multidraft"):
         single = [r for r in rows if all(r[key] == multi[key] for key in ("setting", "K", "decoder"))
                   and r["variant"].split()[:2] == [multi["variant"].split()[0], "tokenwise"]]
@@ -533,7 +562,8 @@ def suite_report(args, target, tmeta):
     K = args.k[0]
     names = args.draft.split(",")
     made = {name: build_draft(args, name, target, tmeta) for name in names}
-    label = {name: name if name in DRAFTS else os.path.basename(name).removesuffix(".pt") for name in names}
+    mark = lossy(args.verify[0])  # every row, line and JSON entry of a lossy verifier's draft says so
+    label = {name: (name if name in DRAFTS else os.path.basename(name).removesuffix(".pt")) + mark for name in names}
     for name, draft in made.items():
         if beyond_max_k(draft, K):
             raise SystemExit(f"--draft {name} proposes at most {draft.max_k} tokens per round: pass --k {draft.max_k}")
@@ -603,7 +633,7 @@ def suite_report(args, target, tmeta):
                          greedy_equal=None if SETTINGS[st]["temperature"] != 0 else (
                              "yes" if (cat, st, col) not in divergence else "no: first at " + divergence[cat, st, col])))
     print(f"target {shown(args.target)} ({target.num_params() / 1e6:.2f}M); drafts {', '.join(label.values())}; "
-          f"K = {K}, {args.verify[0]}; {args.prompts} prompts per category x {args.max_new_tokens} new tokens, "
+          f"K = {K}, {args.verify[0]}{mark}; {args.prompts} prompts per category x {args.max_new_tokens} new tokens, "
           f"{args.repeats} repeats; device {args.device}; {machine()}")
     for cat, what in SUITE.items():
         print(f"  {cat}: {what}")
@@ -611,10 +641,10 @@ def suite_report(args, target, tmeta):
           "a1 a2 a3 | c | v | Thm 3.8 with v | greedy equal |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
-        a = " ".join(f"{x:.2f}" for x in r["by_position"])
+        a = " ".join(cell(x, ".2f") for x in r["by_position"])  # "-": no round tested a draft at that position
         print(f"| {r['category']} | {r['setting']} | {r['draft']} | {r['plain_tps']:.0f} | {r['spec_tps']:.0f} | "
-              f"{r['speedup']:.2f}x +- {r['speedup_std']:.2f} | {r['tau']:.2f} | {r['alpha']:.3f} | {a} | "
-              f"{r['c']:.3f} | {r['v']:.2f} | {r['with_v']:.2f}x | {r['greedy_equal'] or '-'} |")
+              f"{r['speedup']:.2f}x +- {r['speedup_std']:.2f} | {r['tau']:.2f} | {cell(r['alpha'], '.3f')} | {a} | "
+              f"{cell(r['c'], '.3f')} | {r['v']:.2f} | {cell(r['with_v'], '.2f', 'x')} | {r['greedy_equal'] or '-'} |")
     for st in args.settings:
         for name in label.values():
             mine = {r["category"]: r for r in rows if r["setting"] == st and r["draft"] == name}
@@ -724,7 +754,8 @@ def batch_bench(args, target, draft, tmeta):
     print(f"engine/batched.py: target {shown(args.target)} ({target.num_params() / 1e6:.2f}M), draft {shown(args.draft)} "
           f"({draft.num_params() / 1e6:.2f}M); B held-out prompts of {min(map(len, prompts))}..{args.prompt_len} "
           f"tokens x {n} new tokens, median of {args.repeats}; eager (model.py); device {args.device}; {machine()}")
-    print("decoding alone (prompt reads left out): plain / ceiling = plain decoding tok/s / (B / B-row one-token forward); "
+    print("tok/s: all B rows' new tokens per second, together; decoding alone (prompt reads left out): "
+          "plain / ceiling = plain decoding tok/s / (B / B-row one-token forward); "
           "decoding speedup / Thm 3.8 = (spec decoding tok/s / plain decoding tok/s) / Theorem 3.8 with the measured v; "
           "rounds, batch / row = the batch's rounds / a row's rounds on average (the batch waits for its slowest row)")
     print("| setting | B | K | plain tok/s | spec tok/s | speedup | alpha | c | v | Thm 3.8 with v | plain / ceiling | "
@@ -831,8 +862,8 @@ def tree_report(args, target, tmeta):
             c = statistics.median(steady(s.draft_times) for s in stats[col]) / step  # one draft forward: a level
             v = statistics.median(steady(s.target_times) for s in stats[col]) / step
             spec = statistics.median(tps[col])
-            rows.append(dict(setting=name, draft=shown(draft), K=K, branches=shape, budget=budget, children=rule,
-                             replacement=replacement, nodes=mean([nodes for _, nodes, _, _ in full]),
+            rows.append(dict(setting=name, draft=shown(draft) + lossy("tree"), K=K, branches=shape, budget=budget,
+                             children=rule, replacement=replacement, nodes=mean([nodes for _, nodes, _, _ in full]),
                              tokens_per_call=sum(s.new_tokens for s in stats[col]) / sum(s.target_calls for s in stats[col]),
                              measured=measured, predicted=predicted_tokens, v=v, c=c, plain_tps=plain, spec_tps=spec,
                              confidence=mean([1 + sum(g[1] for g in grown) for _, _, _, grown in full]),

@@ -60,7 +60,17 @@ def int8_copy(target):
     dtype = next(target.parameters()).dtype  # int8 matmuls run in float32; q is made in the target's precision
     draft.register_forward_hook(lambda module, args, out: (out[0].to(dtype), out[1]))
     draft.quantized = True  # engine/fast.py leaves it as it is: its int8 layers are the point
+    draft.num_params = lambda: int8_num_params(draft)  # GPT.num_params sees only the float tensors that are left
     return draft.eval()
+
+
+def int8_num_params(draft):
+    """-> an int8 copy's parameters, counted as GPT.num_params counts the target's (10.68M for the shipped target,
+    not the 0.04M that parameters() still sees). quantize_dynamic packs each Linear's weight and bias, which it then
+    returns from weight() and bias() methods, out of parameters(); the LM head, tied to the embedding in the target,
+    is an int8 copy of it here and is counted once, as the embedding."""
+    packed = [m for m in draft.modules() if callable(getattr(m, "weight", None)) and m is not draft.lm_head]
+    return GPT.num_params(draft) + sum(t.numel() for m in packed for t in (m.weight(), m.bias()) if t is not None)
 
 
 def check_layers(layerskip_layers):

@@ -69,6 +69,13 @@ def test_fresh_is_seeded_and_leaves_torch_random_state_as_it_was(name):
     assert sa.keys() == sb.keys() and all(same(sa[key], sb[key]) for key in sa)
 
 
+def test_an_int8_copy_counts_as_many_parameters_as_its_target():
+    """quantize_dynamic packs the Linear weights out of parameters(): the copy must still count them (bench.py and
+    sample.py print draft sizes with num_params)."""
+    target = random_gpt(0, vocab_size=7, block_size=16, n_layer=2, n_head=2, n_embd=16)
+    assert DRAFTS["int8"].fresh(target).num_params() == target.num_params()
+
+
 @pytest.mark.parametrize("name", NAMES)
 @pytest.mark.parametrize("shape", [dict(vocab_size=5, block_size=8, n_embd=16), dict(vocab_size=11, block_size=32, n_embd=24)])
 def test_a_fresh_draft_fits_any_gpt_target_and_greedy_equals_plain_greedy(name, shape):

@@ -1,0 +1,87 @@
+"""What bench.py's tables say beside the numbers: every row of a lossy verifier is labelled LOSSY (K sweep, suite,
+trees), "-" where no draft was tested instead of nan, why K stayed 0 when a draft proposed nothing, and what the
+batch table's tok/s counts. The shipped pair, one prompt of a few tokens: seconds on a CPU."""
+
+import dataclasses
+
+import pytest
+
+import bench
+import speculative
+import verifiers  # noqa: F401  (fills speculative.ROUNDS: tree, lenient)
+from drafts.suffix import SuffixDraft
+from speculative import Verifier, speculative_round
+
+SMALL = ["--prompts", "1", "--max_new_tokens", "8", "--settings", "t1.0", "--threads", "1"]
+
+
+def table_rows(out):  # -> the cells of each row of the printed markdown tables (not the headers or the rules)
+    lines = out.splitlines()
+    headers = {i - 1 for i, line in enumerate(lines) if line.startswith("|---")}
+    return [[c.strip() for c in line.strip("|").split(" | ")] for i, line in enumerate(lines)
+            if line.startswith("| ") and i not in headers]
+
+
+@pytest.fixture
+def fork_lossy(monkeypatch):  # a fork's lossy verifier, as docs/fork.md registers one (token-wise, marked lossy)
+    monkeypatch.setitem(speculative.ROUNDS, "mine", Verifier(lambda *args: speculative_round(*args), lossless=False))
+
+
+def test_every_row_of_a_lossy_verifier_is_labelled_lossy_in_the_k_table(fork_lossy, capsys):
+    bench.main(SMALL + ["--draft", "checkpoints/draft.pt", "--verify", "tokenwise,lenient,mine", "--k", "2,auto",
+                        "--repeats", "1"])
+    out = capsys.readouterr().out
+    assert [r[2] for r in table_rows(out)] == ["draft tokenwise"] * 2 + ["draft lenient (LOSSY) lenience=0.5"] * 2 + [
+        "draft mine (LOSSY)"] * 2
+    assert "t1.0, draft mine (LOSSY), fast: auto " in out  # the lines under the table name the variant as the row
+
+
+def test_a_draft_that_proposes_nothing_says_why_and_its_rates_read_dash_not_nan(capsys):
+    bench.main(SMALL + ["--draft", "suffix", "--k", "2,auto", "--repeats", "1"])
+    out = capsys.readouterr().out
+    rows = table_rows(out)
+    assert rows and all("nan" not in c for r in rows for c in r), out
+    assert [r[7] for r in rows] == ["-", "-"]  # alpha: the suffix draft found no match, so no draft was tested
+    assert "acceptance by draft position - -" in out and "Theorem 3.8 with alpha nan" not in out
+    assert "(K per round: median 0, 0..0: the draft proposed nothing in any round, so each was one plain target " \
+           "step: it proposes only after an earlier copy of the text's last 6+ tokens (--suffix_min_match)" in out
+
+
+def test_k_per_round_says_why_only_when_no_round_drafted():
+    assert bench.k_per_round(4, 1, 6, SuffixDraft(5)) == "K per round: median 4, 1..6"
+    assert "proposed nothing in any round" in bench.k_per_round(0, 0, 0, SuffixDraft(5))
+    assert "no round had room for a draft" in bench.k_per_round(0, 0, 0, object())  # a draft that always proposes
+
+
+SUITE = ["--suite", "--prompts", "1", "--repeats", "2", "--max_new_tokens", "12", "--settings", "t1.0",
+         "--threads", "1"]
+
+
+def test_every_suite_row_of_a_lossy_verifier_is_labelled_lossy(capsys):
+    rows = bench.main(SUITE + ["--draft", "ngram", "--verify", "lenient"])
+    out = capsys.readouterr().out
+    assert {r["draft"] for r in rows} == {"ngram (LOSSY)"}
+    assert [r[2] for r in table_rows(out)] == ["ngram (LOSSY)"] * len(bench.SUITE)
+    assert "K = 4, lenient (LOSSY);" in out
+
+
+def test_the_suite_prints_dash_where_no_draft_was_tested_at_a_position(capsys):
+    rows = bench.main(SUITE + ["--draft", "suffix"])
+    out = capsys.readouterr().out
+    assert any(a != a for r in rows for a in r["by_position"])  # the case is there: prose has no earlier match
+    cells = table_rows(out)
+    assert all("nan" not in c for r in cells for c in r), out
+    assert any(r[8] == "- - -" for r in cells)  # a1 a2 a3
+
+
+def test_every_tree_row_of_a_lossy_tree_verifier_is_labelled_lossy(monkeypatch, capsys):
+    monkeypatch.setitem(speculative.ROUNDS, "tree", dataclasses.replace(speculative.ROUNDS["tree"], lossless=False))
+    bench.main(SMALL + ["--draft", "checkpoints/draft.pt", "--tree_shapes", "1", "2", "--k", "2", "--children", "top",
+                        "--repeats", "1"])
+    assert [r[1] for r in table_rows(capsys.readouterr().out)] == ["checkpoints/draft.pt (LOSSY)"] * 2
+
+
+def test_the_batch_table_says_its_tok_s_counts_every_row(capsys):
+    bench.main(SMALL + ["--draft", "checkpoints/draft.pt", "--batch", "2", "--k", "2", "--prompt_len", "8",
+                        "--repeats", "1"])
+    assert "tok/s: all B rows' new tokens per second, together" in capsys.readouterr().out
