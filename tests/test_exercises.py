@@ -102,6 +102,23 @@ def test_each_planted_bug_fails_with_words_that_name_it(bug, words, tmp_path, ca
     assert "Traceback" not in out and "all checks passed" not in out
 
 
+@pytest.mark.parametrize("bug,likely", [
+    (dict(reject="tokens[t + i] = speculative.sample(residual(p[i], qs[i]), generator)\n            return i"),
+     "drop the rejected draft and all later ones"),  # later drafts not dropped (nor the caches rolled back)
+    (dict(bonus="pass"), "no bonus token after all K drafts are kept"),
+    (dict(reject=REJECT.format(replacement="residual(p[i], qs[i])").split("\n")[0] + "\n            return i"),
+     "call target.rollback(t + i) and draft.rollback(t + i)"),
+])
+def test_a_round_that_leaves_the_caches_stale_leads_with_the_likely_bug(bug, likely, tmp_path, capsys):
+    # the caches' own check fails first for each ("stale tokens in the cache: rollback() after a rejection"), which
+    # guesses at a cause: wrong for a missing bonus token, where nothing was rejected
+    code, out = run_checker(tmp_path, capsys, **bug)
+    assert code == 1
+    after = out.split("run as verify='student': FAILED\n", 1)[1]
+    assert after.startswith("  Likely bug: ") and likely in after.splitlines()[0], out
+    assert "stale tokens" not in out and "out of step" not in out, out
+
+
 def test_a_wrong_round_shows_its_worst_outcome_beside_the_target(tmp_path, capsys):
     code, out = run_checker(tmp_path, capsys, reject=REJECT.format(replacement="p[i]"))
     assert "your round is not exact" in out
