@@ -1,0 +1,36 @@
+"""scripts/speed_vs.py: the speed guard runs two versions of the project in one process, each with its own code."""
+
+import math
+import os
+import sys
+
+import pytest
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "scripts"))
+import speed_vs  # noqa: E402
+
+
+def test_sign_test_matches_the_binomial_tails():
+    assert speed_vs.sign_test(6, 12) == 1.0
+    assert math.isclose(speed_vs.sign_test(10, 12), 2 * (1 + 12 + 66) / 4096)  # 0.0386: beyond noise at 5%
+    assert speed_vs.sign_test(9, 12) > 0.05 and speed_vs.sign_test(2, 12) == speed_vs.sign_test(10, 12)
+
+
+def test_each_tree_runs_its_own_modules_and_the_report_reads(capsys):
+    before = set(sys.modules)
+    result = speed_vs.main(["HEAD", "--rounds", "2", "--prompts", "1", "--max_new_tokens", "8", "--threads", "1"])
+    out = capsys.readouterr().out
+    old, here = speed_vs.TREES[-2:]
+    assert old.speculative is not here.speculative  # two copies of the code, not one imported twice
+    assert old.speculative.__file__.startswith(old.root) and here.speculative.__file__.startswith(here.root)
+    assert old.root != here.root
+    assert len(result["ratios"]) == 2 and all(r > 0 for r in result["ratios"])
+    assert "speedup ratio, working tree / " in out and "sign test p = " in out
+    assert "same tokens with the same seeds: yes" in out  # HEAD and the tree share the sampling code
+    assert not any(old.ours(m) for m in sys.modules.values())  # the other tree's modules left no trace
+    assert set(sys.modules) >= before
+
+
+def test_a_name_that_is_not_a_commit_gets_one_line():
+    with pytest.raises(SystemExit, match="not a commit of this repository"):
+        speed_vs.main(["no-such-commit-xyz"])
