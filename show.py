@@ -16,7 +16,9 @@ drawn by speculative.uniform, as coin draws it), so the tokens are exactly those
 accepted path and the token after it, without the rejected nodes. Batches (engine/batched.py) record their
 drafts in BatchStats.drafts, so --show rounds colours every row.
 
-The page opens at round N when its address ends in #round=N (FILE.html#round=12), for a link on a slide.
+The page opens at round N when its address ends in #round=N (FILE.html#round=12), for a link on a slide. It is laid
+out for a 1024x768 window (a projector's): the round, under the terminal's key to the colours (KEY), beside Theorem
+3.8's plot, so both show without scrolling (tests/test_trace_page.py measures it).
 
 What it leaves out: the tree's rejected nodes, and p and q in batches (only the drafts are kept there).
 """
@@ -139,10 +141,12 @@ def styled(kind, text, colour):
     return f"{left}{text}{right}"
 
 
+KEY = [("kept", "kept draft"), ("rejected", "rejected draft"), ("correction", "correction (from the residual)"),
+       ("bonus", "bonus token (every draft kept)"), ("target", "target token (K = 0)")]  # the terminal's and the page's
+
+
 def legend(colour):
-    words = [("kept", "kept draft"), ("rejected", "rejected draft"), ("correction", "correction (from the residual)"),
-             ("bonus", "bonus token (every draft kept)"), ("target", "target token (K = 0)")]
-    return "rounds: " + ", ".join(styled(kind, word, colour) for kind, word in words) + (
+    return "rounds: " + ", ".join(styled(kind, word, colour) for kind, word in KEY) + (
         "" if colour else "; unmarked: a kept draft, or the prompt")
 
 
@@ -231,7 +235,9 @@ def measured_point(stats_list, step_seconds):
 
 def write_page(path, data):
     """One self-contained HTML file: the data, the style and the script inline, nothing fetched."""
-    page = PAGE.replace("/*DATA*/null", json.dumps(data, ensure_ascii=True).replace("</", "<\\/"))
+    key = ", ".join(f'<span class="{kind}">{html.escape(word)}</span>' for kind, word in KEY)
+    page = PAGE.replace("<!--KEY-->", key).replace("/*DATA*/null",
+                                                   json.dumps(data, ensure_ascii=True).replace("</", "<\\/"))
     with open(path, "w", encoding="utf-8") as fh:
         fh.write(page)
 
@@ -260,25 +266,32 @@ def rounds_html(decode, prompt, new, recorded):
 PAGE = r"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>speculative sampling: the rounds of one run</title>
 <style>
-body{font-family:system-ui,sans-serif;margin:1.2em;max-width:70em;color:#1f2328}
-h1{font-size:1.3em} h2{font-size:1.05em;margin:.2em 0}
-.panel{border:1px solid #d0d7de;border-radius:6px;padding:.8em;margin:.8em 0}
-pre{white-space:pre-wrap;margin:.3em 0;font-size:15px}
+body{font-family:system-ui,sans-serif;margin:.6em;max-width:80em;color:#1f2328}
+h1{font-size:1.15em;margin:.1em 0 .3em} h2{font-size:.95em;margin:.3em 0 .1em}
+#main{display:grid;grid-template-columns:minmax(0,1fr) 20.5em;gap:.6em;align-items:start}
+#round{overflow-x:auto} #theory{position:sticky;top:.5em}  /* the plot stays in view beside a long round */
+@media (max-width:50em){#main{grid-template-columns:minmax(0,1fr)}}
+.panel{border:1px solid #d0d7de;border-radius:6px;padding:.5em .7em}
+pre{white-space:pre-wrap;margin:.2em 0;font-size:15px}
+#key{font-size:13px;margin:.1em 0 .2em} #key span{padding:0 2px}
 .kept{color:#1a7f37;background:#dafbe1} .rejected{color:#cf222e;text-decoration:line-through;background:#ffebe9}
 .correction{color:#0550ae;background:#ddf4ff;font-weight:bold} .bonus{color:#8250df;background:#fbefff;font-weight:bold}
-.ctx{color:#656d76}
-table{border-collapse:collapse;font-size:13px} td,th{border-bottom:1px solid #eaeef2;padding:2px 6px;text-align:left}
+.target{color:#1f2328} .ctx{color:#656d76}
+table{border-collapse:collapse;font-size:13px} td,th{border-bottom:1px solid #eaeef2;padding:2px 4px;text-align:left}
 .bar{display:inline-block;height:9px;background:#54aeff;vertical-align:middle;margin-right:4px}
-.pbar{background:#4ac26b} .alts{font-family:monospace;white-space:nowrap}
-button{font-size:1em;margin-right:.4em} input[type=range]{width:14em}
+.pbar{background:#4ac26b} .alts{font-family:monospace;white-space:nowrap} .nw{white-space:nowrap}
+button{font-size:1em;margin-right:.4em} input[type=range]{width:11em;vertical-align:middle}
+#theory div{margin:.1em 0} #theory p{margin:.3em 0} #theory h2{font-size:.85em}
 #note{color:#9a6700}
 </style></head><body>
 <h1>Speculative sampling, round by round</h1>
 <div id="note"></div>
+<div id="main">
 <div class="panel" id="round">
  <div><button id="prev" title="left arrow">&larr; previous</button><button id="next" title="right arrow">next &rarr;</button>
  <b id="where"></b> <span id="percall"></span></div>
  <h2>the round</h2>
+ <div id="key">key: <!--KEY-->; <span class="ctx">grey: the text before the round</span></div>
  <pre id="text"></pre>
  <div id="summary"></div>
  <h2>each tested draft: q (the draft's), p (the target's), min(1, p/q), and the coin</h2>
@@ -287,13 +300,14 @@ button{font-size:1em;margin-right:.4em} input[type=range]{width:14em}
  <div id="draw"></div>
 </div>
 <div class="panel" id="theory">
- <h2>Theorem 3.8 (Leviathan et al.): speedup = (1 - &alpha;<sup>K+1</sup>) / ((1 - &alpha;)(K c + v))</h2>
+ <h2>Theorem 3.8 (Leviathan et al.): <span class="nw">speedup = (1 - &alpha;<sup>K+1</sup>) / ((1 - &alpha;)(K c + v))</span></h2>
  <div>&alpha; <input type="range" id="a" min="0" max="0.99" step="0.01"> <span id="av"></span></div>
  <div>c <input type="range" id="c" min="0" max="1" step="0.005"> <span id="cv"></span></div>
  <div>v <input type="range" id="v" min="1" max="3" step="0.01"> <span id="vv"></span></div>
  <div>K <input type="range" id="k" min="1" max="16" step="1"> <span id="kv"></span></div>
  <p id="speed"></p>
- <svg id="plot" width="520" height="220" role="img" aria-label="speedup against K"></svg>
+ <svg id="plot" width="310" height="210" role="img" aria-label="speedup against K"></svg>
+</div>
 </div>
 <script>
 "use strict";
@@ -303,9 +317,10 @@ const esc = s => String(s).replace(/&/g, "&amp;").replace(/</g, "&lt;").replace(
 const vis = s => esc(s).replace(/\n/g, "\u21b5").replace(/ /g, "\u2423");  // newline and space made visible
 const R = DATA.rounds;
 let i = 0;
-function bars(alts, cls) {
-  return alts.map(([tok, v]) => `<span class="alts"><span class="bar ${cls}" style="width:${Math.round(60 * v)}px"></span>${vis(tok)} ${v.toFixed(3)}</span>`).join(" ");
+function bars(alts, cls, n = alts.length) {  // the n most likely tokens, each with a bar as long as its probability
+  return alts.slice(0, n).map(([tok, v]) => `<span class="alts"><span class="bar ${cls}" style="width:${Math.round(40 * v)}px"></span>${vis(tok)} ${v.toFixed(3)}</span>`).join(" ");
 }
+const every = alts => esc(alts.map(([tok, v]) => `${tok} ${v.toFixed(3)}`).join(", ")).replace(/"/g, "&quot;");  // a tooltip
 function show(n) {
   i = Math.max(0, Math.min(R.length - 1, n));
   const r = R[i];
@@ -319,15 +334,15 @@ function show(n) {
   $("text").innerHTML = body;
   const drafts = r.drafts === null ? "a tree: its accepted path is shown" : r.drafts.map(vis).join(" | ");
   $("summary").innerHTML = `K = <b id="K">${r.K}</b> drafts: <span id="drafts">${drafts}</span>; kept <b id="kept">${r.kept}</b>`;
-  let rows = "<tr><th>draft</th><th>token</th><th>q(x)</th><th>p(x)</th><th>min(1, p/q)</th><th>coin u</th><th>q's top</th><th>p's top</th></tr>";
+  let rows = "<tr><th>draft</th><th>token</th><th>q(x)</th><th>p(x)</th><th>min(1, p/q)</th><th>coin u</th><th>q's top 3</th><th>p's top 3</th></tr>";
   r.q.forEach(([qx, qalts], j) => {
     const [px, palts] = r.p[j] || [null, []];
     const ratio = px === null ? null : Math.min(1, px / qx);
     const coin = r.verify === "tokenwise" && j < r.coins.length ? r.coins[j] : null;
     rows += `<tr class="pos"><td>${j + 1}</td><td>${vis(r.drafts[j])}</td><td class="qx">${qx.toFixed(4)}</td>` +
       `<td class="px">${px === null ? "" : px.toFixed(4)}</td><td>${ratio === null ? "" : ratio.toFixed(4)}</td>` +
-      `<td>${coin ? coin[1].toFixed(4) + (coin[1] < coin[0] ? " &lt; " : " &ge; ") + coin[0].toFixed(4) + (coin[1] < coin[0] ? " kept" : " rejected") : ""}</td>` +
-      `<td>${bars(qalts, "")}</td><td>${bars(palts, "pbar")}</td></tr>`;
+      `<td>${coin ? "<span class=\"nw\">" + coin[1].toFixed(4) + (coin[1] < coin[0] ? " &lt; " : " &ge; ") + coin[0].toFixed(4) + "</span>" + (coin[1] < coin[0] ? " kept" : " rejected") : ""}</td>` +
+      `<td title="${every(qalts)}">${bars(qalts, "", 3)}</td><td title="${every(palts)}">${bars(palts, "pbar", 3)}</td></tr>`;
   });
   if (r.verify !== "tokenwise" && r.coins.length)
     rows += `<tr><td colspan="8">coins of this verifier, in order (u against the probability it tested): ${r.coins.map(([p, u]) => u.toFixed(4) + (u < p ? " < " : " >= ") + p.toFixed(4)).join(", ")}</td></tr>`;
@@ -344,15 +359,21 @@ function theory() {
   $("av").textContent = a.toFixed(2); $("cv").textContent = c.toFixed(3); $("vv").textContent = v.toFixed(2); $("kv").textContent = K;
   const m = DATA.measured;
   $("speed").innerHTML = `predicted ${speedup(a, c, v, K).toFixed(2)}&times;; this run: &alpha; ${m.alpha}, median K ${m.K}, c ${m.c}, v ${m.v}, measured ${m.speedup}&times; (dot)`;
-  const W = 520, H = 220, ymax = 4, x = k => 30 + (k - 1) * (W - 40) / 15, y = s => H - 20 - s * (H - 30) / ymax;
+  const W = 310, H = 210, ymax = 4, x = k => 30 + (k - 1) * (W - 40) / 15, y = s => 8 + (ymax - s) * (H - 42) / ymax;
   let path = "";
   for (let k = 1; k <= 16; k++) path += (k === 1 ? "M" : "L") + x(k).toFixed(1) + "," + y(Math.min(ymax, speedup(a, c, v, k))).toFixed(1);
   let svg = [1, 2, 3, 4].map(s => `<line x1="30" y1="${y(s)}" x2="${W - 10}" y2="${y(s)}" stroke="#d0d7de"/><text x="2" y="${y(s) + 4}" font-size="11">${s}&times;</text>`).join("") +
-    `<path d="${path}" fill="none" stroke="#0969da" stroke-width="2"/><text x="${W - 60}" y="${H - 4}" font-size="11">K</text>`;
+    `<line x1="30" y1="${y(0)}" x2="${W - 10}" y2="${y(0)}" stroke="#656d76"/>`;
+  for (let k = 1; k <= 16; k++)  // the K axis: a tick at every K, a number at K = 1 and every even K
+    svg += `<line class="ktick" x1="${x(k)}" y1="${y(0)}" x2="${x(k)}" y2="${y(0) + 4}" stroke="#656d76"/>` +
+      (k === 1 || k % 2 === 0 ? `<text class="klabel" x="${x(k)}" y="${y(0) + 15}" font-size="11" text-anchor="middle">${k}</text>` : "");
+  svg += `<text x="${(30 + W - 10) / 2}" y="${H - 3}" font-size="11" text-anchor="middle">K, drafts per round</text>` +
+    `<path d="${path}" fill="none" stroke="#0969da" stroke-width="2"/>`;
   if (m.speedup !== null) svg += `<circle cx="${x(m.K)}" cy="${y(Math.min(ymax, m.speedup))}" r="5" fill="#cf222e"/>`;
   $("plot").innerHTML = svg;
 }
 const m = DATA.measured;
+$("c").max = Math.max(1, Math.ceil(m.c || 0)); $("v").max = Math.max(3, Math.ceil(m.v || 0));  // room for this run's c and v
 $("a").value = m.alpha; $("c").value = m.c === null ? 0.1 : m.c; $("v").value = m.v === null ? 1 : m.v; $("k").value = m.K;
 ["a", "c", "v", "k"].forEach(id => $(id).addEventListener("input", theory));
 $("prev").addEventListener("click", () => show(i - 1));

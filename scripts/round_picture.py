@@ -70,7 +70,7 @@ def photograph_page(args):
         subprocess.run([sys.executable, os.path.join(ROOT, "sample.py"), "--trace", page, "--num_samples", "1",
                         "--max_new_tokens", "300", "--k", str(args.k), "--seed", str(args.seed),
                         "--temperature", "1.0", "--start", args.start], check=True, capture_output=True, timeout=600)
-        with Chromium(width=1100, height=1100) as browser:
+        with Chromium(width=1024, height=768) as browser:  # the window the page is laid out for (a projector's)
             seconds = browser.open("file://" + page)
             first = browser.evaluate("R.findIndex(r => r.drafts !== null && r.kept < r.K)")
             browser.evaluate(f"show({max(first, 0)})")

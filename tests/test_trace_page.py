@@ -78,6 +78,47 @@ def test_an_address_ending_in_round_n_opens_that_round(run):
         assert browser.errors == [], browser.errors
 
 
+def test_the_page_has_the_terminals_key_in_the_colours_of_its_tokens(run):
+    path = run[0]
+    with Chromium() as browser:
+        browser.open(path.as_uri())
+        key = browser.evaluate("[...document.querySelectorAll('#key span')].map(e => [e.className, e.textContent])")
+        assert key[:len(show.KEY)] == [list(pair) for pair in show.KEY]  # the words of sample.py --show rounds
+        style = "(e => [getComputedStyle(e).color, getComputedStyle(e).textDecorationLine])"
+        token = ("(kind => {const e = document.createElement('span'); e.className = kind; "
+                 "return $('text').appendChild(e);})")  # a token of that kind, where the page puts them
+        for kind in ("kept", "rejected", "correction", "bonus"):  # a key entry looks like the tokens it names
+            looks = browser.evaluate(f"{style}(document.querySelector('#key .{kind}'))")
+            assert looks == browser.evaluate(f"{style}({token}('{kind}'))") and looks[0] != "rgb(31, 35, 40)", kind
+        assert browser.errors == [], browser.errors
+
+
+def test_at_1024x768_the_first_round_and_the_plot_with_its_k_ticks_are_above_the_fold(run):
+    path = run[0]
+    with Chromium(width=1024, height=768) as browser:
+        browser.open(path.as_uri())
+        height = browser.evaluate("innerHeight")
+        bottom = lambda css: browser.evaluate(f"document.querySelector({css!r}).getBoundingClientRect().bottom")
+        for css in ("#key", "#text", "#tested", "#draw", "#plot"):
+            assert 0 < bottom(css) <= height, f"{css} ends at {bottom(css):.0f} px, below the window's {height} px"
+        assert browser.evaluate("document.documentElement.scrollWidth <= innerWidth"), "the page scrolls sideways"
+        ticks = browser.evaluate("document.querySelectorAll('#plot .ktick').length")
+        labels = browser.evaluate("[...document.querySelectorAll('#plot .klabel')].map(e => +e.textContent)")
+        assert ticks == 16 and labels == [1, 2, 4, 6, 8, 10, 12, 14, 16]
+        assert "drafts per round" in browser.evaluate("document.getElementById('plot').textContent")
+        assert browser.errors == [], browser.errors
+
+
+def test_the_sliders_start_at_the_runs_own_alpha_c_v_and_k(run):
+    path, _, stats, _, _ = run
+    measured = show.measured_point([stats], 0.004)  # as the fixture's page: v and c can exceed the sliders' usual range
+    with Chromium() as browser:
+        browser.open(path.as_uri())
+        for slider, value, step in (("a", measured["alpha"], 0.01), ("c", measured["c"], 0.005),
+                                    ("v", measured["v"], 0.01), ("k", measured["K"], 1)):
+            assert abs(browser.evaluate(f"+$({slider!r}).value") - value) <= step, slider
+
+
 def test_the_console_check_can_fail(tmp_path):
     page = tmp_path / "broken.html"
     page.write_text("<script>console.error('planted'); undefinedFunction();</script>")
