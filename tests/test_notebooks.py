@@ -4,6 +4,7 @@ They are kept out of the default test run because notebooks 02 and 03 sample fro
 a minute or two each on a 2-core CPU; the default suite stays fast.
 """
 
+import json
 import pathlib
 
 import pytest
@@ -24,3 +25,12 @@ def test_notebook_runs_top_to_bottom(path):
                             resources={"metadata": {"path": str(path.parent)}}).execute()
     errors = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", []) if o.output_type == "error"]
     assert not errors, errors
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.name for p in NOTEBOOKS])
+def test_every_notebook_takes_its_threads_from_the_projects_policy(path):
+    """A fixed torch.set_num_threads(2) on a 2-core machine with one core busy elsewhere made a notebook run 20x
+    slower: each notebook calls engine/cpu.py's use_threads (one thread per idle core), as the scripts do."""
+    cells = json.loads(path.read_text())["cells"]
+    code = "".join(line for c in cells if c["cell_type"] == "code" for line in c["source"])
+    assert "set_num_threads" not in code and 'use_threads(None, "cpu")' in code, path.name
