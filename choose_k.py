@@ -19,8 +19,12 @@ K at 4 on one 2-core CPU and 7 on another), so AutoK estimates all three from th
         costs its own median (one width can be slower than wider ones, its matrix kernels differ), others are
         guessed from the line, and while only one width is known every width is assumed to cost the same --
         optimism that makes it try a longer K, measure it, and come back if that was wrong.
+  o     the seconds of a round that no forward covers (the draft's sampling, the accept/reject loop, Python), a
+        line in K fitted the same way: o(K) = o_round + K o_draft. Without it the chooser sees only forwards and
+        takes a draft step for cheaper than it is: on an Intel Xeon whose forwards are fast, sampling a draft
+        token added a quarter to its forward (BENCHMARKS.md), and auto's K ran 2-3 longer than the best.
 Only the target's ratio matters, so the one-token target step, which speculative sampling never runs, cancels
-out: the argmax of (1 - a^(K+1)) / ((1 - a) (K t_draft + t_target(K+1))) is the same K.
+out: the argmax of (1 - a^(K+1)) / ((1 - a) (K t_draft + t_target(K+1) + o(K))) is the same K.
 scripts/auto_k_sim.py scores this rule against every fixed K on a simulated machine, where the truth is known.
 
 Why this stays exact: K for a round is fixed before the round starts, from the past only (earlier tokens,
@@ -53,6 +57,7 @@ class Memory:
     def __init__(self, recent=32):
         self.draft_s = deque(maxlen=recent)  # seconds of recent one-token draft steps
         self.target_s = defaultdict(lambda: deque(maxlen=recent))  # width n -> seconds of recent n-token forwards
+        self.outside_s = defaultdict(lambda: deque(maxlen=recent))  # K -> seconds of recent rounds outside forwards
         self.acceptance = defaultdict(lambda: [0, 0])  # sampling setting -> [kept, rejections]
         self.depths = defaultdict(lambda: ([0] * 64, [0] * 64))  # setting -> (tested, kept) per draft position
 
@@ -77,7 +82,7 @@ class AutoK:
         self.k_max, self.k_first, self.costs, self.own_after = k_max, k_first, costs, own_after
         self.kept, self.rejections = 0, 0
         self.memory = memory or Memory(recent)  # costs: this call's own, or shared with earlier calls
-        self.draft_s, self.target_s = self.memory.draft_s, self.memory.target_s
+        self.draft_s, self.target_s, self.outside_s = self.memory.draft_s, self.memory.target_s, self.memory.outside_s
         self.counts = self.memory.acceptance[setting]  # [kept, rejections] of every call with this setting
         self.depth_counts = self.memory.depths[setting]  # (tested, kept) per position, of every call
         kept, rejections = self.counts
@@ -122,20 +127,42 @@ class AutoK:
         if not self.draft_s or not self.target_s:
             return None
         t_draft = statistics.median(self.draft_s)
-        widths = {n: statistics.median(s) for n, s in self.target_s.items()}  # width -> median seconds
-        weights = {n: len(s) for n, s in self.target_s.items()}
-        if len(widths) == 1:  # one width known: assume every width costs as much (optimism, then measure)
-            slope, n0, t0 = 0.0, *next(iter(widths.items()))
-        else:  # weighted least squares t(n) = t0 + slope (n - n0), slope >= 0
+        target = self.fitted(self.target_s)  # one width known: every width costs as much (optimism)
+        # one K known: all of it per draft (caution); none (rounds not timed, e.g. batches): the forwards alone
+        outside = self.fitted(self.outside_s, through_zero=True) if self.outside_s else (lambda K: 0.0)
+        return lambda K: K * t_draft + target(K + 1) + outside(K)
+
+    def fitted(self, samples, through_zero=False):
+        """samples: {x: recent seconds} -> x -> seconds. An x read at least `own_after` times costs its median;
+        the others come from a line through those medians, weighted by their counts (slope >= 0, never below 0;
+        flat while one x is well read, or through (0, 0) with through_zero), or their own fastest reading where
+        that is lower. Before any x is read own_after times, the line goes through every x's fastest reading.
+        {5: [2.0, 2.2, 2.1, 2.1]} -> every x: 2.1; with through_zero, x = 10: 4.2."""
+        # subtle: clock noise only adds time (a thread descheduled, a kernel built on its first call at a new width:
+        # 50x on a busy 2-core machine). So an x read a few times neither costs its one slow reading nor tilts the
+        # line: otherwise that K looks dear, auto never chooses it again, and it is never measured again.
+        well = {x: statistics.median(s) for x, s in samples.items() if len(s) >= self.own_after}
+        fastest = {x: min(s) for x, s in samples.items() if s}
+        points = well or fastest
+        line = self.line(points, {x: len(samples[x]) for x in points}, through_zero)
+        # a width read often enough costs what it measured: on a CPU one width can be slower than wider ones (its
+        # matrix kernels differ), which a line would smooth away
+        return lambda x: well[x] if x in well else min(line(x), fastest.get(x, float("inf")))
+
+    @staticmethod
+    def line(points, weights, through_zero=False):
+        """{x: seconds}, {x: weight} -> x -> seconds: the weighted least-squares line, slope >= 0, never below 0;
+        through one point: flat, or through (0, 0) with through_zero. {2: 1.0, 4: 2.0} -> x = 6: 3.0."""
+        if len(points) == 1:
+            (x0, t0), = points.items()
+            slope = t0 / x0 if through_zero and x0 else 0.0
+        else:  # t(x) = t0 + slope (x - x0) around the weighted means
             total = sum(weights.values())
-            n0 = sum(n * w for n, w in weights.items()) / total
-            t0 = sum(widths[n] * w for n, w in weights.items()) / total
-            var = sum(w * (n - n0) ** 2 for n, w in weights.items())
-            slope = max(0.0, sum(w * (n - n0) * (widths[n] - t0) for n, w in weights.items()) / var)
-        # a width measured often enough costs what it measured: on a CPU one width can be slower than wider ones
-        # (its matrix kernels differ), which a line would smooth away. Others come from the line.
-        own = {n: t for n, t in widths.items() if weights[n] >= self.own_after}
-        return lambda K: K * t_draft + own.get(K + 1, max(t0 + slope * (K + 1 - n0), 1e-9))
+            x0 = sum(x * w for x, w in weights.items()) / total
+            t0 = sum(points[x] * w for x, w in weights.items()) / total
+            var = sum(w * (x - x0) ** 2 for x, w in weights.items())
+            slope = max(0.0, sum(w * (x - x0) * (points[x] - t0) for x, w in weights.items()) / var)
+        return lambda x: max(t0 + slope * (x - x0), 0.0)
 
     def choose(self, limit):
         """-> K in [0, limit]: the draft length for the next round (limit: tokens and window left, at most k_max)."""
@@ -149,10 +176,11 @@ class AutoK:
         self.chosen.append(K)
         return min(K, limit)
 
-    def update(self, K, kept, draft_forwards, target_forwards):
-        """After a round with K drafts of which `kept` were kept; forwards: [(tokens fed, seconds)] of that round."""
+    def update(self, K, kept, draft_forwards, target_forwards, seconds=None):
+        """After a round with K drafts of which `kept` were kept; forwards: [(tokens fed, seconds)] of that round;
+        seconds: the whole round's, from before choose() to now (None: the forwards are all it costs)."""
         self.observe([K], [kept])
-        self.observe_forwards(K, draft_forwards, target_forwards)
+        self.observe_forwards(K, draft_forwards, target_forwards, seconds)
 
     def observe(self, Ks, kept):
         """Acceptance: rounds (one per row of a batch, engine/batched.py) that drafted Ks[b] and kept kept[b]."""
@@ -167,11 +195,16 @@ class AutoK:
                 self.depth_counts[0][i] += 1  # for later calls
                 self.depth_counts[1][i] += i < n
 
-    def observe_forwards(self, K, draft_forwards, target_forwards):
-        """Costs: [(tokens fed, seconds)] of a round's forwards, K drafts a row (all rows of a batch at once)."""
+    def observe_forwards(self, K, draft_forwards, target_forwards, seconds=None):
+        """Costs: [(tokens fed, seconds)] of a round's forwards, K drafts a row (all rows of a batch at once), and
+        the round's own seconds if timed (what no forward covers is the rest)."""
         # subtle: only decoding forwards measure c and v. A draft step feeds 1 token (2 after a round whose drafts
         # were all kept); a target forward K+1. Reading the prompt, or re-reading a slid window, feeds more.
+        decoding = all(n <= 2 for n, _ in draft_forwards) and [n for n, _ in target_forwards] == [K + 1]
         self.draft_s.extend(s for n, s in draft_forwards if n <= 2)
         steps = [s for n, s in target_forwards if n == K + 1]
         if steps:
             self.target_s[K + 1].extend(steps)
+        if seconds is not None and K and decoding:  # a round that read a prompt or a slid window would count it
+            forwards = sum(s for _, s in draft_forwards) + sum(s for _, s in target_forwards)
+            self.outside_s[K].append(max(0.0, seconds - forwards))

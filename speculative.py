@@ -405,13 +405,14 @@ def speculative_generate(target, draft, idx, max_new_tokens, k=4, temperature=1.
         # cross a change of the target's s(t), whose one forward scores them all. (The draft, one token per
         # forward, re-fills its cache wherever its own window slides.)
         limit = min(end - 1 - t, window_end(t, tgt.W) - t, max_k)  # max_k: what the draft can propose
+        round_tic = time.perf_counter()  # auto times the whole round: sampling and Python cost too
         K = auto.choose(limit) if auto else min(k, limit)  # auto: from earlier rounds only, so still exact
         if K and hasattr(draft, "k_for"):  # a draft may propose fewer (drafts/suffix.py: none without a good match);
             K = draft.k_for(tokens, K)  # from the tokens so far only, as auto: still exact. K = 0: one plain step
         n_tgt, n_drf = len(tgt.forwards), len(drf.forwards)
         kept, tested = kept_and_tested(one_round(tgt, drf, tokens, K, probs, generator), K)
         if auto:  # what this round measured: acceptance, and (tokens fed, seconds) of its forwards
-            auto.update(K, kept, drf.forwards[n_drf:], tgt.forwards[n_tgt:])
+            auto.update(K, kept, drf.forwards[n_drf:], tgt.forwards[n_tgt:], time.perf_counter() - round_tic)
         stats.rounds.append((t, K, kept))
         stats.tested.append(tested)
         end_at = stop_end(tokens, first_new, stop, t) if stop else None

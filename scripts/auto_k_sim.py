@@ -7,8 +7,9 @@ medians favours itself. This script separates the chooser from the clock. It run
 on simulated rounds: each round drafts K tokens, keeps draft i with probability a_i given drafts 1..i-1 were
 kept, and costs K draft steps plus one target forward of K+1 tokens, each with lognormal clock noise and now and
 then a slow spell (a second job on the machine). AutoK sees only those noisy readings, as in
-speculative_generate; the score counts the true mean costs, plus the time no forward covers (sampling, Python:
-a fixed share per round and per draft), which AutoK never sees. The calls are bench.py's: 4 prompts x 128 new
+speculative_generate: each forward's, and the whole round's, which also holds the time no forward covers
+(sampling, Python: a fixed share per round and per draft); the score counts the true mean costs. --untimed
+hides the whole round from AutoK, as before it timed rounds. The calls are bench.py's: 4 prompts x 128 new
 tokens, repeated, fresh calls sharing one Memory.
 
     python scripts/auto_k_sim.py                      # the costs and acceptance measured on an AMD EPYC
@@ -64,9 +65,11 @@ class FixedK:  # the chooser of k=K, with AutoK's two methods
         pass
 
 
-def run(chooser, accept, widths, c, overhead, seed, calls=20, new_tokens=128, noise=0.1, spells=0.01, auto=AutoK):
+def run(chooser, accept, widths, c, overhead, seed, calls=20, new_tokens=128, noise=0.1, spells=0.01, spikes=0.0,
+        auto=AutoK, timed=True):
     """-> (tokens per target step over `calls` fresh calls, the K of every round). chooser: "auto" (an `auto` per
-    call, one Memory for all, as speculative_generate's k="auto") or an int K."""
+    call, one Memory for all, as speculative_generate's k="auto") or an int K. timed=False: AutoK sees the
+    forwards only, not the whole round (as before it timed rounds)."""
     rng, memory = random.Random(seed), Memory()
     seconds, tokens, ks, slow, spell_left = 0.0, 0, [], 1.0, 0
     k_max = len(widths) - 1
@@ -78,9 +81,12 @@ def run(chooser, accept, widths, c, overhead, seed, calls=20, new_tokens=128, no
             if spell_left == 0 and rng.random() < spells:  # a second job starts: everything slower for a while
                 spell_left, slow = rng.randint(20, 80), rng.uniform(1.2, 1.6)
             slow, spell_left = (slow, spell_left - 1) if spell_left else (1.0, 0)
-            clock = lambda mean: mean * slow * math.exp(rng.gauss(0, noise))  # what a clock reading says
+            clock = lambda mean: mean * slow * math.exp(rng.gauss(0, noise)) * (  # what a clock reading says
+                rng.uniform(10, 100) if rng.random() < spikes else 1.0)
             kept = kept_in_round(K, accept, rng)
-            choose.update(K, kept, [(1, clock(c)) for _ in range(K)], [(K + 1, clock(widths[K]))])
+            drafts, target = [clock(c) for _ in range(K)], clock(widths[K])
+            whole = sum(drafts) + target + clock(overhead[0] + K * overhead[1])  # the round's clock, as timed
+            choose.update(K, kept, [(1, s) for s in drafts], [(K + 1, target)], whole if timed else None)
             seconds += K * c + widths[K] + overhead[0] + K * overhead[1]  # the true mean cost
             tokens += kept + 1
             made += kept + 1
@@ -172,6 +178,9 @@ def main(argv=None):
     ap.add_argument("--calls", type=int, default=20, help="calls per trial (bench.py: 4 prompts x 5 repeats)")
     ap.add_argument("--noise", type=float, default=0.1, help="clock noise, the sd of log(reading / mean)")
     ap.add_argument("--spells", type=float, default=0.01, help="chance per round that a slow spell starts")
+    ap.add_argument("--spikes", type=float, default=0.0, help="chance per clock reading that it is 10-100x its "
+                    "mean (a thread descheduled at a barrier while a second job runs)")
+    ap.add_argument("--untimed", action="store_true", help="AutoK sees the forwards only, not the whole round")
     args = ap.parse_args(argv)
     if args.trials < 1 or args.calls < 1 or args.noise < 0 or not 0 <= args.spells <= 1:
         ap.error("--trials and --calls must be >= 1, --noise >= 0, --spells in [0, 1]")
@@ -206,7 +215,7 @@ def main(argv=None):
     for machine, (widths, c, overhead) in machines.items():
         for name, a in accept.items():
             r = compare(a, widths, c, overhead, trials=args.trials, calls=args.calls, noise=args.noise,
-                        spells=args.spells)
+                        spells=args.spells, spikes=args.spikes, timed=not args.untimed)
             print(f"| {machine} | {c:.3f} | {name} | {r['best']} | {r['fixed'][r['best']]:.3f} | {r['auto']:.3f} | "
                   f"{r['ratio']:.0%} | {r['p10']:.0%}, {r['median']:.0%} | {r['k_median']:g} |")
 
