@@ -42,8 +42,8 @@ from engine.fast import DECODERS, with_decoder
 from engine.hf import GPT2_NAMES  # pretrained GPT-2 through transformers (optional; imported only when used)
 from model import SHIPPED
 from sample import (HELP, add_plugin_argument, add_registry_arguments, check_draft_arguments, check_verify_arguments,
-                    draft_from_path, given, import_plugins, int_tuple, load, make_draft, parse_k, shown,
-                    verifier_names, verify_params)
+                    draft_from_path, given, import_plugins, int_tuple, k_per_round, load, make_draft, parse_k, shown,
+                    verifier_names, verify_params, why_nothing_drafted)
 from speculative import DRAFTS, ROUNDS, autoregressive_generate, kept_and_tested, round_for, speculative_generate
 from verifiers import tree
 
@@ -262,23 +262,6 @@ def lossy(verify):  # -> " (LOSSY)" after a verifier's name in every table where
 
 def cell(x, spec, unit=""):  # a table cell: "-" where nothing was measured (nan: no draft tested), else x and unit
     return "-" if x != x else format(x, spec) + unit
-
-
-def why_nothing_drafted(draft):
-    """-> why every round of a run drafted K = 0, in words: a draft that proposes only where it has a guess (k_for,
-    drafts/suffix.py) had none, or no round had room for a draft (--max_new_tokens 1)."""
-    if not hasattr(draft, "k_for"):
-        return "no round had room for a draft (one new token left), so each was one plain target step"
-    match, prob = getattr(draft, "min_match", None), getattr(draft, "min_prob", None)
-    rule = (f"after an earlier copy of the text's last {match}+ tokens (--suffix_min_match) whose continuation keeps "
-            f"a probability >= {prob} (--suffix_min_prob)" if match else "where it has a guess")
-    return (f"the draft proposed nothing in any round, so each was one plain target step: it proposes only {rule}, "
-            "and no round had that")
-
-
-def k_per_round(median, low, high, draft):  # -> "K per round: median 4, 1..6"; at 0..0, why nothing was drafted
-    text = f"K per round: median {median}, {low}..{high}"
-    return text if high > 0 else f"{text}: {why_nothing_drafted(draft)}"
 
 
 def auto_against_held_out_best(auto, fixed):

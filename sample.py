@@ -483,18 +483,36 @@ def add_up(totals, ks, stats, calls):
     ks += [K for _, K, _ in stats.rounds]
 
 
+def why_nothing_drafted(draft):
+    """-> why every round of a run drafted K = 0, in words: a draft that proposes only where it has a guess (k_for,
+    drafts/suffix.py) had none, or no round had room for a draft (--max_new_tokens 1)."""
+    if not hasattr(draft, "k_for"):
+        return "no round had room for a draft (one new token left), so each was one plain target step"
+    match, prob = getattr(draft, "min_match", None), getattr(draft, "min_prob", None)
+    rule = (f"after an earlier copy of the text's last {match}+ tokens (--suffix_min_match) whose continuation keeps "
+            f"a probability >= {prob} (--suffix_min_prob)" if match else "where it has a guess")
+    return (f"the draft proposed nothing in any round, so each was one plain target step: it proposes only {rule}, "
+            "and no round had that")
+
+
+def k_per_round(median, low, high, draft):  # -> "K per round: median 4, 1..6"; at 0..0, why nothing was drafted
+    text = f"K per round: median {median}, {low}..{high}"
+    return text if high > 0 else f"{text}: {why_nothing_drafted(draft)}"
+
+
 def summary(args, draft, totals, ks, decoder=None):  # the statistics line; its terms are the README's glossary
     print("----------")
     mode = "plain sampling" if draft is None else f"speculative sampling, K={args.k}"
     if args.batch:  # engine/batched.py: tokens of all rows, forwards of all rows at once
         mode += f", batch of {args.batch}"
-    if draft is not None and args.k == "auto" and ks:
-        mode += f" (K per round: median {sorted(ks)[len(ks) // 2]}, {min(ks)}..{max(ks)})"
+    if draft is not None and ks and (args.k == "auto" or max(ks) == 0):  # a fixed K that never drafted: say why
+        mode += f" ({k_per_round(sorted(ks)[len(ks) // 2], min(ks), max(ks), draft)})"
     if draft is not None and args.verify != "tokenwise":
         mode += f", verify {args.verify}" + ("" if ROUNDS[args.verify].lossless else " (LOSSY: not the target's distribution)")
     line = (f"{mode}: {totals['tokens']} tokens in {totals['seconds']:.2f} s = "
             f"{totals['tokens'] / max(totals['seconds'], 1e-9):.0f} tokens/s; "
-            f"{totals['tokens'] / max(totals['target_calls'], 1):.2f} tokens per target call")
+            f"{totals['tokens'] / max(totals['target_calls'], 1):.2f} tokens per target call"
+            + (" (all rows' tokens per batched target forward)" if args.batch else ""))
     if draft is not None and totals["drafted"]:
         line += f"; drafts kept {totals['accepted'] / totals['drafted']:.3f}"
     print(line + f" ({args.device}, {decoder or args.decoder} decoder, temperature {args.temperature}, top_k {args.top_k}, "

@@ -7,6 +7,7 @@ import dataclasses
 import pytest
 
 import bench
+import sample
 import speculative
 import verifiers  # noqa: F401  (fills speculative.ROUNDS: tree, lenient)
 from drafts.suffix import SuffixDraft
@@ -48,9 +49,9 @@ def test_a_draft_that_proposes_nothing_says_why_and_its_rates_read_dash_not_nan(
 
 
 def test_k_per_round_says_why_only_when_no_round_drafted():
-    assert bench.k_per_round(4, 1, 6, SuffixDraft(5)) == "K per round: median 4, 1..6"
-    assert "proposed nothing in any round" in bench.k_per_round(0, 0, 0, SuffixDraft(5))
-    assert "no round had room for a draft" in bench.k_per_round(0, 0, 0, object())  # a draft that always proposes
+    assert sample.k_per_round(4, 1, 6, SuffixDraft(5)) == "K per round: median 4, 1..6"
+    assert "proposed nothing in any round" in sample.k_per_round(0, 0, 0, SuffixDraft(5))
+    assert "no round had room for a draft" in sample.k_per_round(0, 0, 0, object())  # a draft that always proposes
 
 
 SUITE = ["--suite", "--prompts", "1", "--repeats", "2", "--max_new_tokens", "12", "--settings", "t1.0",

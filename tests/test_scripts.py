@@ -365,6 +365,7 @@ def test_sample_batch_generates_the_samples_together(pair, capsys):
     out = capsys.readouterr().out
     assert out.count("ROMEO:") == 3 and "sample 3/3" in out
     assert "speculative sampling, K=2, batch of 3: 36 tokens in" in out and "drafts kept" in out
+    assert "tokens per target call (all rows' tokens per batched target forward)" in out  # not one row's
     sample.main(base + ["--draft", "none"])
     assert "plain sampling, batch of 3: 36 tokens in" in capsys.readouterr().out
     with pytest.raises(SystemExit):
@@ -447,3 +448,14 @@ def test_early_stopping_keeps_the_best_checkpoint(pair, tmp_path, capsys):
     assert meta["iter"] < 60 and meta["hparams"]["patience"] == 2, meta["iter"]
     state = torch.load(str(out / "draft.pt.resume"), weights_only=True)
     assert state["iter"] == meta["iter"]  # nothing after the best was saved
+
+
+def test_a_fixed_k_that_never_drafted_says_why(pair, capsys):
+    """--draft suffix --k 4 on a text with no earlier copy of its last tokens: every round is K = 0. The line says
+    so and why, instead of 'K=4' beside 1.00 tokens per target call."""
+    tmp, _ = pair
+    sample.main(["--target", str(tmp / "target.pt"), "--draft", "suffix", "--k", "4", "--max_new_tokens", "6",
+                 "--num_samples", "1", "--start", "ROMEO:", "--suffix_min_match", "50"])
+    out = capsys.readouterr().out
+    assert "K per round: median 0, 0..0: the draft proposed nothing in any round" in out
+    assert "--suffix_min_match" in out
