@@ -86,3 +86,15 @@ def test_the_batch_table_says_its_tok_s_counts_every_row(capsys):
     bench.main(SMALL + ["--draft", "checkpoints/draft.pt", "--batch", "2", "--k", "2", "--prompt_len", "8",
                         "--repeats", "1"])
     assert "tok/s: all B rows' new tokens per second, together" in capsys.readouterr().out
+
+
+def test_the_readme_row_has_the_results_tables_columns():
+    """bench.py prints the README's 'Results at a glance' row itself, so the table is regenerated, not copied."""
+    auto = dict(setting="t1.0", decoder="fast", plain_tps=616.2, spec_tps=982.4, speedup=1.594)
+    best = dict(K=5, speedup=1.68, alpha=0.854, c=0.142, v=1.63, with_v=1.787)
+    row = bench.readme_row(auto, best)
+    cells = row.split(": | ", 1)[1].strip(" |").split(" | ")
+    assert row.startswith("README row (t1.0, commit ")
+    assert cells[1:] == ["float32", "616", "982", "1.59×", "1.68× (K = 5)", "0.854", "0.142", "1.63", "94%"]
+    assert cells[0] == bench.cpu_name()
+    assert "bfloat16" in bench.readme_row(dict(auto, decoder="fast-bf16"), best)
