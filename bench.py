@@ -36,6 +36,7 @@ import time
 import torch
 
 import data
+from choose_k import MEMORIES
 from drafts.cross_vocab import CrossVocabDraft, shared_mass
 from engine.cpu import add_threads_argument, use_threads
 from engine.fast import DECODERS, with_decoder
@@ -77,6 +78,9 @@ def get_args(argv=None):
     ap.add_argument("--prompt_len", type=int, default=64, help="tokens per prompt")
     ap.add_argument("--max_new_tokens", type=int, default=128, help="tokens generated per prompt")
     ap.add_argument("--repeats", type=int, default=None, help="median over this many repeats (default 5; 3 with --suite)")
+    ap.add_argument("--fresh", action="store_true",
+                    help="k=auto starts every call from nothing, as in a new process (sample.py's first sample), "
+                         "instead of from what the earlier calls of this run measured")
     ap.add_argument("--seed", type=int, default=0, help="seeds the sampling")
     ap.add_argument("--device", default="cpu", help="cpu, cuda, cuda:1, mps")
     add_threads_argument(ap)
@@ -402,6 +406,8 @@ def main(argv=None):
                     if K == 0:
                         s = run(autoregressive_generate, t, prompt, args.max_new_tokens, seed=1000 * rep + i, **sampling)
                     else:
+                        if args.fresh and K == "auto":
+                            MEMORIES.clear()  # nothing measured yet: its first rounds explore
                         s = run(speculative_generate, t, drafts[dec, v], prompt, args.max_new_tokens, k=K,
                                 seed=1000 * rep + i, **sampling, **variants[v][2])
                         draft_step.setdefault((dec, v), []).append(steady(s.draft_times))

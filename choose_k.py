@@ -14,17 +14,20 @@ K at 4 on one 2-core CPU and 7 on another), so AutoK estimates all three from th
         leaning on a_(i-1) with 2 pseudo-rounds and a_0 = alpha = kept / (kept + rejections) with one pseudo-count
         of each (so it starts at 0.5); a round's expected tokens are 1 + a_1 + a_1 a_2 + ..., which is Theorem
         3.8's (1 - a^(K+1)) / (1 - a) when every a_i = a
-  c, v  the median seconds of recent draft steps and of recent target forwards of each width, with a straight
-        line through the target's widths (v grows with K on a CPU): a width measured at least `own_after` times
-        costs its own median (one width can be slower than wider ones, its matrix kernels differ), others are
-        guessed from the line, and while only one width is known every width is assumed to cost the same --
-        optimism that makes it try a longer K, measure it, and come back if that was wrong.
-  o     the seconds of a round that no forward covers (the draft's sampling, the accept/reject loop, Python), a
-        line in K fitted the same way: o(K) = o_round + K o_draft. Without it the chooser sees only forwards and
-        takes a draft step for cheaper than it is: on an Intel Xeon whose forwards are fast, sampling a draft
-        token added a quarter to its forward (BENCHMARKS.md), and auto's K ran 2-3 longer than the best.
-Only the target's ratio matters, so the one-token target step, which speculative sampling never runs, cancels
-out: the argmax of (1 - a^(K+1)) / ((1 - a) (K t_draft + t_target(K+1) + o(K))) is the same K.
+  c, v  recent target forwards of each width, each in draft steps of its own round (the median of that round's
+        draft steps): a machine's speed drifts (a 2-core VM's one-token step moved from 2.4 to 1.6 ms within one
+        run), and a width read in a slow spell would otherwise look dear for good. A straight line through the
+        widths (v grows with K on a CPU): a width measured at least `own_after` times costs its own median (one
+        width can be slower than wider ones, its matrix kernels differ), others are guessed from the line, and
+        while only one width is known every width is assumed to cost the same -- optimism that makes it try a
+        longer K, measure it, and come back if that was wrong. A width read fewer times counts its fastest
+        reading: clock noise only adds time, and one slow reading must not keep auto away from a K for good.
+  o     the time of a round that no forward covers (the draft's sampling, the accept/reject loop, Python), in
+        draft steps too, a line in K fitted the same way: o(K) = o_round + K o_draft. Without it the chooser sees
+        only forwards and takes a draft step for cheaper than it is: on an Intel Xeon whose forwards are fast,
+        sampling a draft token added a quarter to its forward (BENCHMARKS.md), and auto drafted too long.
+Only ratios matter, so costs are counted in draft steps: the argmax of
+(1 - a^(K+1)) / ((1 - a) (K + t_target(K+1) / t_draft + o(K) / t_draft)) is the K of Theorem 3.8 with c and v.
 scripts/auto_k_sim.py scores this rule against every fixed K on a simulated machine, where the truth is known.
 
 Why this stays exact: K for a round is fixed before the round starts, from the past only (earlier tokens,
@@ -70,13 +73,17 @@ class AutoK:
 
     AutoK(k_max=16, k_first=4, costs=None). costs=(c, v) fixes c and a function v(K) instead of measuring
     (deterministic: for tests and what-ifs). Pass one object as k= to several calls to keep what it learned.
+    refit: the measured costs are fitted again every this many rounds (1: every round).
     """
 
-    def __init__(self, k_max=16, k_first=4, costs=None, recent=32, memory=None, setting=None, prior=64, own_after=4):
+    def __init__(self, k_max=16, k_first=4, costs=None, recent=32, memory=None, setting=None, prior=64, own_after=4,
+                 refit=8):
         if not isinstance(k_max, int) or isinstance(k_max, bool) or k_max < 1:
             raise ValueError(f"AutoK: k_max must be an int >= 1, got {k_max!r}")
         if not isinstance(k_first, int) or isinstance(k_first, bool) or not 1 <= k_first <= k_max:
             raise ValueError(f"AutoK: k_first must be an int in [1, k_max={k_max}], got {k_first!r}")
+        if not isinstance(refit, int) or isinstance(refit, bool) or refit < 1:
+            raise ValueError(f"AutoK: refit must be an int >= 1 (rounds between fits of the costs), got {refit!r}")
         if costs is not None and not (len(costs) == 2 and costs[0] >= 0 and callable(costs[1])):
             raise ValueError("AutoK: costs must be (c, v) with c >= 0 and v a function K -> v(K), e.g. (0.1, lambda K: 1.0)")
         self.k_max, self.k_first, self.costs, self.own_after = k_max, k_first, costs, own_after
@@ -92,6 +99,7 @@ class AutoK:
         scale = min(1.0, prior / max(1, rounds))
         self.tested, self.passed = ([n * scale for n in counts] for counts in self.depth_counts)  # earlier calls'
         self.chosen = []  # K chosen before each round (before clipping to the tokens and window left)
+        self.refit, self.costs_of, self.since_fit = refit, None, 0  # round costs by K, fitted every `refit` rounds
 
     @classmethod
     def remembered(cls, target, draft, device, setting, batch=1, **kw):
@@ -120,17 +128,17 @@ class AutoK:
             total.append(total[-1] + run)
         return total
 
-    def round_cost(self):  # -> K -> seconds (or target steps) of a round with K drafts, or None if not known yet
+    def round_cost(self):  # -> K -> draft steps (or target steps) of a round with K drafts, or None if not known yet
         if self.costs is not None:
             c, v = self.costs
             return lambda K: K * c + v(K)
-        if not self.draft_s or not self.target_s:
+        if not self.target_s:
             return None
-        t_draft = statistics.median(self.draft_s)
+        # in draft steps, each measured beside the draft steps of its own round (observe_forwards)
         target = self.fitted(self.target_s)  # one width known: every width costs as much (optimism)
         # one K known: all of it per draft (caution); none (rounds not timed, e.g. batches): the forwards alone
         outside = self.fitted(self.outside_s, through_zero=True) if self.outside_s else (lambda K: 0.0)
-        return lambda K: K * t_draft + target(K + 1) + outside(K)
+        return lambda K: K + target(K + 1) + outside(K)
 
     def fitted(self, samples, through_zero=False):
         """samples: {x: recent seconds} -> x -> seconds. An x read at least `own_after` times costs its median;
@@ -167,12 +175,18 @@ class AutoK:
     def choose(self, limit):
         """-> K in [0, limit]: the draft length for the next round (limit: tokens and window left, at most k_max)."""
         limit = min(limit, self.k_max)
-        cost = self.round_cost()
-        if cost is None:
+        # subtle: fitting the costs takes medians of every width's readings, 0.1 ms: 3% of a 3 ms round on a fast
+        # CPU, paid every round. Refitted every `refit` rounds instead, from readings that change slowly.
+        if self.costs_of is None or self.since_fit >= self.refit:
+            cost = self.round_cost()
+            self.costs_of = None if cost is None else [cost(K) for K in range(self.k_max + 1)]
+            self.since_fit = 0
+        self.since_fit += 1
+        if self.costs_of is None:
             K = self.k_first  # nothing measured yet (the first forwards read the prompt)
         else:  # Theorem 3.8 with the acceptance by position: tokens per round / cost of the round
-            tokens = self.expected_tokens()
-            K = max(range(1, self.k_max + 1), key=lambda K: tokens[K] / cost(K))
+            tokens, cost = self.expected_tokens(), self.costs_of
+            K = max(range(1, self.k_max + 1), key=lambda K: tokens[K] / cost[K])
         self.chosen.append(K)
         return min(K, limit)
 
@@ -197,14 +211,20 @@ class AutoK:
 
     def observe_forwards(self, K, draft_forwards, target_forwards, seconds=None):
         """Costs: [(tokens fed, seconds)] of a round's forwards, K drafts a row (all rows of a batch at once), and
-        the round's own seconds if timed (what no forward covers is the rest)."""
+        the round's own seconds if timed (what no forward covers is the rest). The target's forwards and the rest
+        are kept in draft steps of the same round: a machine whose speed drifts (a 2-core VM's one-token step
+        moved from 2.4 to 1.6 ms within one run) changes both alike, so widths read minutes apart stay comparable."""
         # subtle: only decoding forwards measure c and v. A draft step feeds 1 token (2 after a round whose drafts
         # were all kept); a target forward K+1. Reading the prompt, or re-reading a slid window, feeds more.
-        decoding = all(n <= 2 for n, _ in draft_forwards) and [n for n, _ in target_forwards] == [K + 1]
-        self.draft_s.extend(s for n, s in draft_forwards if n <= 2)
-        steps = [s for n, s in target_forwards if n == K + 1]
-        if steps:
-            self.target_s[K + 1].extend(steps)
+        steps = [s for n, s in draft_forwards if n <= 2]
+        self.draft_s.extend(steps)
+        if not self.draft_s:
+            return
+        unit = statistics.median(steps or self.draft_s)  # this round's draft step (K = 0: the recent ones')
+        wide = [s for n, s in target_forwards if n == K + 1]
+        if wide:
+            self.target_s[K + 1].extend(s / unit for s in wide)
+        decoding = len(steps) == len(draft_forwards) and len(wide) == len(target_forwards) == 1
         if seconds is not None and K and decoding:  # a round that read a prompt or a slid window would count it
             forwards = sum(s for _, s in draft_forwards) + sum(s for _, s in target_forwards)
-            self.outside_s[K].append(max(0.0, seconds - forwards))
+            self.outside_s[K].append(max(0.0, seconds - forwards) / unit)

@@ -177,7 +177,7 @@ def test_choice_respects_the_limit_and_zero():
 
 @pytest.mark.parametrize("kwargs,message", [
     (dict(k_max=0), "k_max"), (dict(k_first=0), "k_first"), (dict(k_max=4, k_first=5), "k_first"),
-    (dict(costs=(0.1, 1.0)), "costs must be"),
+    (dict(costs=(0.1, 1.0)), "costs must be"), (dict(refit=0), "refit must be"),
 ])
 def test_bad_autok_arguments_get_clear_errors(kwargs, message):
     with pytest.raises(ValueError, match=message):
