@@ -14,20 +14,20 @@ K at 4 on one 2-core CPU and 7 on another), so AutoK estimates all three from th
         leaning on a_(i-1) with 2 pseudo-rounds and a_0 = alpha = kept / (kept + rejections) with one pseudo-count
         of each (so it starts at 0.5); a round's expected tokens are 1 + a_1 + a_1 a_2 + ..., which is Theorem
         3.8's (1 - a^(K+1)) / (1 - a) when every a_i = a
-  c, v  recent target forwards of each width, each in draft steps of its own round (the median of that round's
-        draft steps): a machine's speed drifts (a 2-core VM's one-token step moved from 2.4 to 1.6 ms within one
-        run), and a width read in a slow spell would otherwise look dear for good. A straight line through the
-        widths (v grows with K on a CPU): a width measured at least `own_after` times costs its own median (one
-        width can be slower than wider ones, its matrix kernels differ), others are guessed from the line, and
-        while only one width is known every width is assumed to cost the same -- optimism that makes it try a
-        longer K, measure it, and come back if that was wrong. A width read fewer times counts its fastest
-        reading: clock noise only adds time, and one slow reading must not keep auto away from a K for good.
-  o     the time of a round that no forward covers (the draft's sampling, the accept/reject loop, Python), in
-        draft steps too, a line in K fitted the same way: o(K) = o_round + K o_draft. Without it the chooser sees
-        only forwards and takes a draft step for cheaper than it is: on an Intel Xeon whose forwards are fast,
-        sampling a draft token added a quarter to its forward (BENCHMARKS.md), and auto drafted too long.
-Only ratios matter, so costs are counted in draft steps: the argmax of
-(1 - a^(K+1)) / ((1 - a) (K + t_target(K+1) / t_draft + o(K) / t_draft)) is the K of Theorem 3.8 with c and v.
+  v     recent target forwards of each width, in units of the first draft step of their own round: a machine's
+        speed drifts (a 2-core VM's one-token step moved from 2.4 to 1.6 ms within one run), and a width read in
+        a slow spell would otherwise look dear for good. A straight line through the widths (v grows with K on a
+        CPU): a width measured at least `own_after` times costs its own median (one width can be slower than
+        wider ones, its matrix kernels differ), others are guessed from the line, and while only one width is
+        known every width is assumed to cost the same -- optimism that makes it try a longer K, measure it, and
+        come back if that was wrong. A width read fewer times counts its fastest reading: clock noise only adds
+        time, and one slow reading must not keep auto away from a K for good.
+  c, o  the rest of each round, timed whole: the K draft steps and what no forward covers (sampling the draft's
+        tokens, the accept/reject loop, Python), in the same unit, a line in K fitted the same way. Counting the
+        draft's forwards alone, as it once did, it took a draft step for cheaper than it is: on an Intel Xeon whose
+        forwards are fast, sampling a draft token added a quarter to its forward (BENCHMARKS.md).
+Only ratios matter: the argmax of (1 - a^(K+1)) / ((1 - a) (t_target(K+1) + t_rest(K))) in draft steps is the K of
+Theorem 3.8 with c, v and the round's overhead.
 scripts/auto_k_sim.py scores this rule against every fixed K on a simulated machine, where the truth is known.
 
 Why this stays exact: K for a round is fixed before the round starts, from the past only (earlier tokens,
@@ -58,9 +58,9 @@ class Memory:
     of each width, and [kept, rejections] per sampling setting. Shared by every AutoK made with it."""
 
     def __init__(self, recent=32):
-        self.draft_s = deque(maxlen=recent)  # seconds of recent one-token draft steps
-        self.target_s = defaultdict(lambda: deque(maxlen=recent))  # width n -> seconds of recent n-token forwards
-        self.outside_s = defaultdict(lambda: deque(maxlen=recent))  # K -> seconds of recent rounds outside forwards
+        self.draft_s = deque(maxlen=recent)  # seconds of recent rounds' first draft steps (the unit of the others)
+        self.target_s = defaultdict(lambda: deque(maxlen=recent))  # width n -> recent n-token forwards, in draft steps
+        self.rest_s = defaultdict(lambda: deque(maxlen=recent))  # K -> rounds but their target forward, in draft steps
         self.acceptance = defaultdict(lambda: [0, 0])  # sampling setting -> [kept, rejections]
         self.depths = defaultdict(lambda: ([0] * 64, [0] * 64))  # setting -> (tested, kept) per draft position
 
@@ -89,7 +89,7 @@ class AutoK:
         self.k_max, self.k_first, self.costs, self.own_after = k_max, k_first, costs, own_after
         self.kept, self.rejections = 0, 0
         self.memory = memory or Memory(recent)  # costs: this call's own, or shared with earlier calls
-        self.draft_s, self.target_s, self.outside_s = self.memory.draft_s, self.memory.target_s, self.memory.outside_s
+        self.draft_s, self.target_s, self.rest_s = self.memory.draft_s, self.memory.target_s, self.memory.rest_s
         self.counts = self.memory.acceptance[setting]  # [kept, rejections] of every call with this setting
         self.depth_counts = self.memory.depths[setting]  # (tested, kept) per position, of every call
         kept, rejections = self.counts
@@ -134,11 +134,11 @@ class AutoK:
             return lambda K: K * c + v(K)
         if not self.target_s:
             return None
-        # in draft steps, each measured beside the draft steps of its own round (observe_forwards)
+        # in first draft steps, each measured beside the first draft step of its own round (observe_forwards)
         target = self.fitted(self.target_s)  # one width known: every width costs as much (optimism)
-        # one K known: all of it per draft (caution); none (rounds not timed, e.g. batches): the forwards alone
-        outside = self.fitted(self.outside_s, through_zero=True) if self.outside_s else (lambda K: 0.0)
-        return lambda K: K + target(K + 1) + outside(K)
+        # the rest of a round: one K known, all of it per draft (caution); rounds not timed (batches): K steps
+        rest = self.fitted(self.rest_s, through_zero=True) if self.rest_s else (lambda K: K)
+        return lambda K: max(target(K + 1) + rest(K), 1e-9)
 
     def fitted(self, samples, through_zero=False):
         """samples: {x: recent seconds} -> x -> seconds. An x read at least `own_after` times costs its median;
@@ -211,20 +211,21 @@ class AutoK:
 
     def observe_forwards(self, K, draft_forwards, target_forwards, seconds=None):
         """Costs: [(tokens fed, seconds)] of a round's forwards, K drafts a row (all rows of a batch at once), and
-        the round's own seconds if timed (what no forward covers is the rest). The target's forwards and the rest
-        are kept in draft steps of the same round: a machine whose speed drifts (a 2-core VM's one-token step
-        moved from 2.4 to 1.6 ms within one run) changes both alike, so widths read minutes apart stay comparable."""
+        the round's own seconds if timed. Kept in units of the round's first draft step: a machine's speed drifts
+        (a 2-core VM's one-token step moved from 2.4 to 1.6 ms within one run) and moves both alike, so widths read
+        minutes apart stay comparable. (The first step, not the round's median: it follows the target's forward,
+        which has pushed the draft's weights out of the caches, so it is dearer than the next ones, and a median
+        would count K = 1 rounds in a dearer unit than longer ones.)"""
         # subtle: only decoding forwards measure c and v. A draft step feeds 1 token (2 after a round whose drafts
         # were all kept); a target forward K+1. Reading the prompt, or re-reading a slid window, feeds more.
         steps = [s for n, s in draft_forwards if n <= 2]
-        self.draft_s.extend(steps)
+        self.draft_s.extend(steps[:1])  # first steps only: the unit
         if not self.draft_s:
             return
-        unit = statistics.median(steps or self.draft_s)  # this round's draft step (K = 0: the recent ones')
+        unit = steps[0] if steps else statistics.median(self.draft_s)  # K = 0: the recent rounds' first steps
         wide = [s for n, s in target_forwards if n == K + 1]
         if wide:
             self.target_s[K + 1].extend(s / unit for s in wide)
         decoding = len(steps) == len(draft_forwards) and len(wide) == len(target_forwards) == 1
         if seconds is not None and K and decoding:  # a round that read a prompt or a slid window would count it
-            forwards = sum(s for _, s in draft_forwards) + sum(s for _, s in target_forwards)
-            self.outside_s[K].append(max(0.0, seconds - forwards) / unit)
+            self.rest_s[K].append(max(0.0, seconds - wide[0]) / unit)  # the draft's steps and what no forward covers

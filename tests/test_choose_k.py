@@ -165,7 +165,7 @@ def test_one_measured_width_is_extrapolated_optimistically():
 def test_prompt_reads_and_window_refills_are_not_costs():
     auto = AutoK()
     auto.update(4, 2, [(64, 1.0), (1, 0.001), (2, 0.001)], [(69, 1.0)])  # the prompt: 64 and 69 tokens fed
-    assert list(auto.draft_s) == [0.001, 0.001] and not auto.target_s
+    assert list(auto.draft_s) == [0.001] and not auto.target_s  # the first decoding step: the unit
     assert auto.round_cost() is None and auto.choose(16) == auto.k_first
 
 
