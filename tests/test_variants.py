@@ -20,16 +20,22 @@ from tests.test_exact_enumeration import CASES, assert_same_distribution, enumer
 PROMPT = [2, 0]
 
 
-def output_distribution(monkeypatch, *, n, k, sampling, w_target=8, w_draft=8, draft=None, **verify):
+def table_pair(w_target, w_draft):  # -> (target, draft): the toy pair the enumerations here run on
+    return TableModel(seed=0, block_size=w_target), TableModel(seed=1, block_size=w_draft)
+
+
+def output_distribution(monkeypatch, *, n, k, sampling, w_target=8, w_draft=8, draft=None, pair=table_pair, **verify):
     """Exact distribution of the n new tokens of speculative_generate(TableModel pair) at k drafts per round, every
     branch enumerated, beside the target's. n comes before k: name them, output_distribution(mp, n=3, k=2, ...).
-    A round drafts at most n - 1 tokens (the last new token is never a draft), so k > n - 1 tests that cap only."""
+    A round drafts at most n - 1 tokens (the last new token is never a draft), so k > n - 1 tests that cap only.
+    pair(w_target, w_draft) -> (target, draft) builds other models (tests/test_llama_exact.py: tiny Llamas); the
+    target needs next_logits(context) for target_joint."""
     if not all(isinstance(v, int) and not isinstance(v, bool) for v in (n, k)) or n < 2 or k < 1:
         raise ValueError(f"output_distribution(n={n!r}, k={k!r}): n (new tokens) must be an int >= 2 and k (drafts "
                          "per round) an int >= 1; with n < 2 no round drafts a token, and the check passes for any "
                          "draft or verifier. n comes before k: pass them by keyword, e.g. n=3, k=2")
-    target = TableModel(seed=0, block_size=w_target)
-    draft = draft if draft is not None else TableModel(seed=1, block_size=w_draft)
+    target, paired = pair(w_target, w_draft)
+    draft = draft if draft is not None else paired
     run = lambda: speculative_generate(target, draft, torch.tensor([PROMPT]), n, k=k, **sampling, **verify)[0][
         0, len(PROMPT):].tolist()
     return enumerate_branches(run, monkeypatch), target_joint(target, PROMPT, n, **sampling)

