@@ -1,6 +1,7 @@
 """The house's shape: the project's modules import each other without a circle (function-level imports count),
-the method folders (drafts/, verifiers/) and the engine (engine/) never import the scripts, and the core
-(speculative.py) finds the verifiers and drafts through its registries, never by importing them."""
+the method folders (drafts/, verifiers/), the engine (engine/) and the pretrained target (pretrained/) never import
+the scripts, and the core (speculative.py) finds the verifiers and drafts through its registries, never by importing
+them."""
 
 import ast
 import os
@@ -8,7 +9,7 @@ import subprocess
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-PACKAGES = ("drafts", "verifiers", "engine")
+PACKAGES = ("drafts", "verifiers", "engine", "pretrained")
 SCRIPTS = {"sample", "bench", "train_draft"}
 
 
@@ -68,6 +69,7 @@ def test_no_module_imports_a_module_that_imports_it():
     graph = {m: imports_of(m) for m in MODULES}
     assert "speculative" in graph["verifiers.block"]  # the check sees the imports it is about
     assert "drafts.ngram" in graph["drafts.cross_vocab"] and "drafts.heads" in graph["drafts.eagle"]
+    assert "model" in graph["pretrained.llama"] and "pretrained.tokenizer" in graph["pretrained"]
     circle = a_circle(graph)
     assert circle is None, f"import circle: {' -> '.join(circle)}"
 
