@@ -10,6 +10,7 @@ speedup that Leviathan et al. 2023, Theorem 3.8, predicts from the measured acce
     python bench.py --batch 1,2,4,8,16 --k 4,auto --settings t1.0   # engine/batched.py: B rows at once (see batch_bench)
     python bench.py --tree_shapes 1 2 2,2 4,2 --k 2,3,4 --settings t1.0   # draft trees (see tree_report)
     python bench.py --target smollm2 --draft ngram,layerskip --k 2,4,auto --settings t0   # a real model (pretrained/)
+    python bench.py --target smollm2 --hf --k 2 --settings t0 --max_new_tokens 64   # and transformers on its file
 
 For each setting and K it reports tokens/s of both samplers (median over --repeats), the speedup, alpha (the
 per-token acceptance probability, estimated from the rounds: kept / (kept + rejections)), tokens per target
@@ -27,7 +28,9 @@ cannot tell 95% from 90%; scripts/auto_k_sim.py judges the chooser where no cloc
 A GGUF target (--target smollm2, or a .gguf path: a pretrained chat model, dequantized to float32) runs on
 CHAT_PROMPTS instead of held-out text, requests in its chat template, and each sample ends with the model's turn
 (<|im_end|>), as in sample.py --prompt: tokens/s counts the answers' tokens. One request asks to copy a text with
-its mistakes corrected, where the lookup drafts (ngram, suffix) find what to propose.
+its mistakes corrected, where the lookup drafts (ngram, suffix) find what to propose. --decoder fast-bf16 runs a
+copy of it with bfloat16 weights (engine/fast.py's bfloat16_copy: another target, which the lines of numbers name);
+--hf times transformers' plain generate() on the same file beside our plain sampling (compare_with_hf).
 
 What it leaves out: timing anything but the sampling loops (checkpoints load first), and the task suite on a GGUF
 target (its texts are the shipped pair's Shakespeare).
@@ -43,6 +46,7 @@ import time
 import torch
 
 import data
+import pretrained
 from choose_k import MEMORIES
 from drafts.cross_vocab import CrossVocabDraft, shared_mass
 from engine.cpu import add_threads_argument, use_threads
@@ -120,7 +124,9 @@ def get_args(argv=None):
                          "speedup mean +- std over --repeats (default 3), tau, alpha by draft position, greedy checked "
                          "equal to plain (see suite_report)")
     ap.add_argument("--hf", action="store_true",
-                    help="also time transformers' assisted generation (generate(assistant_model=...)) on the exported pair")
+                    help="also time transformers on the same model (see compare_with_hf): its assisted generation "
+                         "(generate(assistant_model=...)) on the exported pair, or, for a GGUF target, its plain "
+                         "generate() on the same file against our plain sampling")
     args = ap.parse_args(argv)
     args.k = args.k or ("4" if args.suite else "1,2,3,4,5,6,7,8,auto")
     args.settings = args.settings or ("t0,t1.0" if args.suite else ",".join(SETTINGS))
@@ -240,6 +246,16 @@ def readme_row(auto, best, about=None):
             f"{auto['plain_tps']:,.0f} | "
             f"{auto['spec_tps']:,.0f} | {auto['speedup']:.2f}× | {best['speedup']:.2f}× (K = {best['K']}) | "
             f"{best['alpha']:.3f} | {best['c']:.3f} | {best['v']:.2f} | {best['speedup'] / best['with_v']:.0%} |")
+
+
+def runs_as(pairs):  # -> what a GGUF target's rows ran on, in the words every line prints; "" for a model.GPT
+    """{decoder: (target as run, draft)} -> 'SmolLM2-135M-Instruct dequantized from Q4_1 to float32, '; with a
+    fast-bf16 column beside an eager one (engine/fast.py's bfloat16_copy), each decoder's: '... to float32 (eager
+    rows); ..., then cast to bfloat16 (fast-bf16 rows), '. A model.GPT has no `about`: the decoder column says it."""
+    abouts = {dec: t.about for dec, (t, _) in pairs.items() if hasattr(t, "about")}
+    if len(set(abouts.values())) <= 1:
+        return "".join(f"{about}, " for about in set(abouts.values()))
+    return "; ".join(f"{about} ({dec} rows)" for dec, about in abouts.items()) + ", "
 
 
 def beyond_max_k(draft, K):  # -> is K more than the draft can propose (drafts/medusa.py: one token per head)?
@@ -480,8 +496,7 @@ def main(argv=None):
                              by_position=acceptance_by_position(rounds[dec, v, K], 8),
                              with_v=predicted(alpha, K_pred, c, vv), repeat_tps=tps[dec, v, K]))
 
-    about = f"{target.about}, " if hasattr(target, "about") else ""  # a GGUF file's: what its weights are
-    print(f"target {shown(args.target)} ({about}{target.num_params() / 1e6:.2f}M), "
+    print(f"target {shown(args.target)} ({runs_as(pairs)}{target.num_params() / 1e6:.2f}M), "
           f"draft {','.join(shown(path) for path in args.draft.split(','))} "
           f"({', '.join(f'{d.num_params() / 1e6:.2f}M' for d in dict.fromkeys(v[1] for v in variants))}); "
           f"{args.prompts} {'chat' if tok.kind == 'gguf' else 'held-out'} prompts x {args.max_new_tokens} new tokens"
@@ -508,7 +523,7 @@ def main(argv=None):
         k_range = k_per_round(auto["k_median"], auto["k_min"], auto["k_max"], by_label[auto["variant"]])
         print(f"{auto['setting']}, {auto['variant']}, {auto['decoder']}: auto {auto['speedup']:.2f}x ({k_range}){vs}")
         if best:
-            print(readme_row(auto, best, getattr(target, "about", None)))
+            print(readme_row(auto, best, getattr(pairs[auto["decoder"]][0], "about", None)))
     groups = {}  # (setting, variant, decoder) -> its rows at an int K
     for r in rows:
         if r["K"] != "auto":
@@ -1021,45 +1036,74 @@ def profile(args, target, draft, prompts):
 
 
 def compare_with_hf(args, target, draft, prompts):
-    """transformers' assisted generation on the same pair (exported by engine/hf.py), same K (constant schedule),
-    same sampling, interleaved with ours on the same prompts. Greedy runs check that both give the same text."""
-    from engine.hf import to_hf
-    hf_target, hf_draft = to_hf(target).to(args.device), to_hf(draft).to(args.device)
-    gc = hf_draft.generation_config
-    gc.num_assistant_tokens_schedule, gc.assistant_confidence_threshold = "constant", 0.0  # exactly K drafts
+    """transformers beside ours on the same model, the same prompts (token ids) and sampling, interleaved prompt by
+    prompt; greedy runs check that both give the same tokens. Both make exactly --max_new_tokens per prompt (no end
+    of turn, no stop), timed from the prompt's ids to the last token; tokens/s is the median over --repeats.
+    - model.GPT pair (exported by engine/hf.py): transformers' assisted generation against speculative_generate, at
+      each fixed K (HF's constant schedule: exactly K drafts per round).
+    - GGUF target: transformers loads the same file itself (engine/hf.load_gguf: float32, as ours) and its plain
+      generate() runs against autoregressive_generate (K = 0): an independent implementation of the same model,
+      so the table says how our eager Llama's speed compares, and its greedy tokens check ours."""
+    from engine.hf import load_gguf, to_hf
+    if is_gguf(args.target):
+        hf_target, hf_draft, ks = load_gguf(pretrained.find(args.target)), None, [0]  # 0: plain sampling
+        what = f"generate() vs our plain sampling, both loading the same file ({target.about}, eager decoder)"
+    else:
+        hf_target, hf_draft = to_hf(target), to_hf(draft).to(args.device)
+        gc = hf_draft.generation_config
+        gc.num_assistant_tokens_schedule, gc.assistant_confidence_threshold = "constant", 0.0  # exactly K drafts
+        ks = [k for k in args.k if k != "auto"]  # HF's constant schedule needs a fixed K
+        what = "assisted generation vs ours, same pair, same K (constant)"
+    hf_target, n = hf_target.to(args.device), args.max_new_tokens
+
+    def ours(prompt, K, gen, sampling):  # -> (prompt and new tokens (1, T + n), seconds)
+        if K == 0:
+            out, s = autoregressive_generate(target, prompt, n, generator=gen, **sampling)
+        else:
+            out, s = speculative_generate(target, draft, prompt, n, k=K, generator=gen, **sampling)
+        return out, s.total_time
+
+    def theirs(prompt, K, hf_kw):  # -> (prompt and new tokens (1, T + n), seconds)
+        tic = time.perf_counter()
+        out = hf_target.generate(prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=n, min_new_tokens=n,
+                                 pad_token_id=0, eos_token_id=None,  # None: no end of turn, so n tokens
+                                 **(dict(assistant_model=hf_draft) if K else {}), **hf_kw)
+        return out, time.perf_counter() - tic
+
     rows = []
     for name in args.settings:
         sampling = SETTINGS[name]
         hf_kw = dict(do_sample=False) if sampling["temperature"] == 0 else dict(
             do_sample=True, temperature=sampling["temperature"], top_p=sampling.get("top_p", 1.0), top_k=0)
-        for K in (k for k in args.k if k != "auto"):  # HF's constant schedule needs a fixed K
-            gc.num_assistant_tokens = K
+        for K in ks:
+            if K:
+                hf_draft.generation_config.num_assistant_tokens = K
+            ours(prompts[0][:, :8], K, torch.Generator(device=args.device), sampling)  # warm-up: kernels, allocator
+            theirs(prompts[0][:, :8], K, hf_kw)
             ours_tps, hf_tps, same = [], [], True
             for rep in range(args.repeats):
                 t_ours = t_hf = 0.0
                 for i, prompt in enumerate(prompts):
-                    gen = torch.Generator(device=args.device).manual_seed(1000 * rep + i)
-                    out, s = speculative_generate(target, draft, prompt, args.max_new_tokens, k=K, generator=gen, **sampling)
-                    t_ours += s.total_time
+                    out, seconds = ours(prompt, K, torch.Generator(device=args.device).manual_seed(1000 * rep + i),
+                                        sampling)
+                    t_ours += seconds
                     torch.manual_seed(1000 * rep + i)
-                    tic = time.perf_counter()
-                    hf_out = hf_target.generate(prompt, attention_mask=torch.ones_like(prompt), assistant_model=hf_draft,
-                                                max_new_tokens=args.max_new_tokens, min_new_tokens=args.max_new_tokens,
-                                                pad_token_id=0, eos_token_id=None, **hf_kw)
-                    t_hf += time.perf_counter() - tic
+                    hf_out, seconds = theirs(prompt, K, hf_kw)
+                    t_hf += seconds
                     same = same and (sampling["temperature"] != 0 or torch.equal(out, hf_out))
-                n = args.max_new_tokens * len(prompts)
-                ours_tps.append(n / t_ours)
-                hf_tps.append(n / t_hf)
+                ours_tps.append(n * len(prompts) / t_ours)
+                hf_tps.append(n * len(prompts) / t_hf)
             rows.append(dict(setting=name, K=K, ours_tps=statistics.median(ours_tps), hf_tps=statistics.median(hf_tps),
                              greedy_outputs_equal=same if sampling["temperature"] == 0 else None))
     import transformers
-    print(f"\nHF transformers {transformers.__version__} assisted generation vs ours, same pair, same K (constant):")
+    print(f"\nHF transformers {transformers.__version__} {what}; {len(prompts)} prompts x {n} new tokens, median of "
+          f"{args.repeats}; device {args.device}; {machine()}:")
     print("| setting | K | ours tok/s | HF tok/s | ours / HF | greedy outputs equal |")
     print("|---|---|---|---|---|---|")
     for r in rows:
         eq = "" if r["greedy_outputs_equal"] is None else ("yes" if r["greedy_outputs_equal"] else "NO")
-        print(f"| {r['setting']} | {r['K']} | {r['ours_tps']:.0f} | {r['hf_tps']:.0f} | {r['ours_tps'] / r['hf_tps']:.2f}x | {eq} |")
+        print(f"| {r['setting']} | {r['K'] or 'plain'} | {r['ours_tps']:.0f} | {r['hf_tps']:.0f} | "
+              f"{r['ours_tps'] / r['hf_tps']:.2f}x | {eq} |")
     return rows
 
 

@@ -23,7 +23,8 @@ A GGUF file as --target (the name smollm2, or a path) is a pretrained Llama (pre
 once from the file's blocks; its tokenizer comes from the same file. --prompt wraps the text in its chat template as
 a user's turn, and a sample ends with the model's turn (<|im_end|>); --start or --raw continue the text as it is.
 The drafts built from the target or its text (ngram, suffix, layerskip, int8) run on it; the trained heads are
-the shipped GPT target's, and engine/fast.py's decoder wraps model.GPT only (the Llama runs as it is).
+the shipped GPT target's. engine/fast.py's FastGPT wraps model.GPT only: the Llama runs as it is, and --decoder
+fast-bf16 runs a copy of it with bfloat16 weights (another target, which every line of numbers names).
 """
 
 import argparse
@@ -401,12 +402,13 @@ def main(argv=None):
                                                if templated else "")) from e
     stop = (tok.stop + (stop_sequences(args.stop, tok) or [])) or None  # a chat model's end of turn, and --stop
     args.decoder = decoder_for(args.decoder, target)
-    about = f"{target.about}, " if hasattr(target, "about") else ""  # a GGUF file's: what its weights are
+    runs = (target, draft) if args.batch else with_decoder(args.decoder, target, draft)  # --batch: no --decoder
+    about = f"{runs[0].about}, " if hasattr(runs[0], "about") else ""  # a GGUF file's: what its weights are
     print(f"target {shown(args.init_from or args.target)} ({about}{target.num_params() / 1e6:.2f}M), draft "
           + ("none: plain sampling" if draft is None else f"{shown(args.draft)} ({draft.num_params() / 1e6:.2f}M)"))
     if args.batch:
         return sample_batch(args, target, draft, tok, prompt, stop)
-    target, draft = with_decoder(args.decoder, target, draft)
+    target, draft = runs
     idx = torch.tensor([prompt], dtype=torch.long, device=args.device)
     gen = torch.Generator(device=args.device).manual_seed(args.seed)
     sampling = dict(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, generator=gen, stop=stop)
@@ -466,13 +468,14 @@ def main(argv=None):
     report_shared_mass(args, target, draft, prompt, outputs)
 
 
-def decoder_for(decoder, target):  # -> the --decoder the target can run in: engine/fast.py's wraps model.GPT only
+def decoder_for(decoder, target):  # -> the --decoder the target runs in: engine/fast.py's FastGPT wraps model.GPT only
     if decoder == "eager" or isinstance(target, GPT):
         return decoder
     about = getattr(target, "about", type(target).__name__)
-    if decoder == "fast-bf16":
-        raise SystemExit(f"--decoder fast-bf16 runs a model.GPT target in bfloat16 (engine/fast.py), and {about} is "
-                         "not one: use --decoder eager (its float32 weights, as they are)")
+    if decoder == "fast-bf16":  # another target: engine/fast.py's bfloat16_copy, whose `about` says so
+        print(f"(--decoder fast-bf16 on {about}: a copy of it with bfloat16 weights, run by its own code as the eager "
+              "decoder runs it; FastGPT wraps model.GPT only)")
+        return decoder
     print(f"(--decoder {decoder} wraps model.GPT only, engine/fast.py: {about} runs as it is, the eager decoder)")
     return "eager"
 

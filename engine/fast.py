@@ -12,12 +12,16 @@ its time goes to the fixed cost of each operation and each nn.Module call, not t
 Like model.GPT, it leaves each forward's final-block output in .features (and on the model it wraps, where a
 draft that reads the target finds it). FastGPT(model, dtype=torch.bfloat16) also stores the weights in bfloat16 (opt-in): on CPUs with bf16 matrix
 instructions (AVX512-BF16, AMX) the target's (K+1)-token forward gets cheaper, i.e. v falls, but the logits
-change slightly, so it is another target: compare it with plain sampling from the same FastGPT.
+change slightly, so it is another target: compare it with plain sampling from the same FastGPT. A target FastGPT
+does not wrap (pretrained/llama.py's Llama) gets the same opt-in the plain way: bfloat16_copy, the model itself
+with every weight in bfloat16, eager.
 
 What it leaves out: torch.compile of the step (tried by hand and dropped: slow to compile for every input shape,
 and no faster than this file on this CPU), batches (B > 1: batched.py runs model.GPT's per-row cache), and
 training (use model.GPT).
 """
+
+import copy
 
 import torch
 import torch.nn as nn
@@ -115,11 +119,26 @@ DECODERS = ["eager", "fast", "fast-bf16"]  # how sample.py and bench.py run the 
 
 def with_decoder(name, target, draft=None):
     """-> (target, draft) as both samplers will run them. eager: model.py itself; fast: FastGPT; fast-bf16: FastGPT
-    with a bfloat16 target (plain sampling then uses that target too, so the comparison stays honest)."""
+    with a bfloat16 target (plain sampling then uses that target too, so the comparison stays honest), or for a
+    target FastGPT does not wrap (pretrained/llama.py's Llama), a bfloat16 copy of it (bfloat16_copy)."""
     if name not in DECODERS:
         raise ValueError(f"unknown decoder {name!r}: choose from {DECODERS}")
     if name == "eager":
         return target, draft
     wrap = lambda m, dtype=torch.float32: FastGPT(m, dtype) if isinstance(m, GPT) and not getattr(
         m, "quantized", False) else m  # not None, NGramDraft, nor an int8 copy (drafts/self_drafts.py): as they are
+    if name == "fast-bf16" and target is not None and not isinstance(target, GPT):
+        return bfloat16_copy(target), wrap(draft)
     return wrap(target, torch.bfloat16 if name == "fast-bf16" else torch.float32), wrap(draft)
+
+
+def bfloat16_copy(model):  # -> the same model, another target: every weight and buffer in bfloat16
+    """For a target FastGPT does not wrap (pretrained/llama.py's Llama): a copy, eager, its weights and its RoPE
+    table in bfloat16 (cos and sin rounded to bfloat16, as transformers runs a bf16 Llama). Its caches follow
+    (reset_cache allocates them in the weights' dtype); its logits come out in bfloat16, and the samplers compute
+    probabilities from them in float32 (speculative.sampling_probs). The model itself stays float32, and so do
+    the drafts built from it. The copy's `about` says bfloat16, so every line that prints a number measured on it
+    does: 'SmolLM2-135M-Instruct dequantized from Q4_1 to float32, then cast to bfloat16'."""
+    bf16 = copy.deepcopy(model).to(torch.bfloat16).eval()  # (tied weights stay one tensor: deepcopy keeps sharing)
+    bf16.about = f"{getattr(model, 'about', type(model).__name__)}, then cast to bfloat16"
+    return bf16

@@ -9,8 +9,12 @@ Hugging Face transformers interop: our GPT <-> transformers.GPT2LMHeadModel, and
   within seconds (a quick probe of the hub) instead of minutes of retries.
 - gpt2_encoding_from_hf_cache() gives tiktoken's `gpt2` encoding offline, from GPT-2's own tokenizer files
   in that cache (load_gpt2 fetches them with the weights).
+- load_gguf(path) is transformers' own Llama from a GGUF file (pretrained/'s SmolLM2): the independent
+  implementation that bench.py --hf times ours against and tests/test_llama.py checks ours with. No conversion:
+  each side reads the file itself.
 
-What it leaves out: other architectures (GPT-2 only), and transformers' tokenizers: we use tiktoken's `gpt2`.
+What it leaves out: converting other architectures (GPT-2 only; a GGUF Llama is read, not converted), and
+transformers' tokenizers: we use tiktoken's `gpt2`, and the GGUF file's own vocabulary (pretrained/tokenizer.py).
 """
 
 import os
@@ -92,6 +96,14 @@ def load_gpt2(name, device="cpu"):
             pass
     tokenizer = {"kind": "bpe", "encoding": "gpt2", "ids": list(range(hf.config.vocab_size))}  # ids unchanged
     return from_hf(hf).to(device), {"tokenizer": tokenizer, "init_from": name}
+
+
+def load_gguf(path):
+    """transformers' Llama from a GGUF file, float32, eval mode: its own loader dequantizes the file's blocks, as
+    pretrained/gguf_file.py does ours."""
+    tr = _transformers()
+    return tr.AutoModelForCausalLM.from_pretrained(os.path.dirname(os.path.abspath(path)),
+                                                   gguf_file=os.path.basename(path), dtype=torch.float32).eval()
 
 
 def hub_reachable(timeout=3.0):

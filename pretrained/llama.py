@@ -24,7 +24,8 @@ load by in pretrained/__init__.py: this file is the architecture only (as gpt-fa
 
 What it leaves out: training tricks (dropout, a scaled init: the weights come from a file), RoPE scaling (Llama 3.1's
 rope_freqs, YaRN), sliding-window attention, attention biases (Qwen), fused kernels beyond torch's
-scaled_dot_product_attention, and engine/fast.py's faster path (it wraps model.GPT only).
+scaled_dot_product_attention, and engine/fast.py's faster path (FastGPT wraps model.GPT only; its bfloat16_copy runs
+this model with bfloat16 weights, --decoder fast-bf16).
 """
 
 from dataclasses import dataclass

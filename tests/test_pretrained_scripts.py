@@ -92,9 +92,26 @@ def test_a_draft_trained_for_the_shipped_target_is_refused_in_one_line(scripts_l
     assert "use --draft int8, layerskip, ngram, suffix" in message and "\n" not in message
 
 
-def test_the_bf16_decoder_is_refused_for_a_llama(scripts_load):
-    with pytest.raises(SystemExit, match="--decoder fast-bf16 runs a model.GPT target in bfloat16.*--decoder eager"):
-        sample.main(["--target", "smollm2", "--decoder", "fast-bf16", "--max_new_tokens", "4"])
+def test_the_bf16_decoder_runs_a_bfloat16_copy_and_greedy_speculative_equals_its_greedy_plain(scripts_load, capsys):
+    prompt = ["--prompt", "Repeat exactly: the cat sat on the mat, and the dog sat on the log.", "--max_new_tokens",
+              "20", "--decoder", "fast-bf16"]
+    sample.main(["--target", "smollm2", *prompt, "--draft", "none", *GREEDY])
+    plain = capsys.readouterr().out
+    sample.main(["--target", "smollm2", *prompt, "--draft", "ngram", *GREEDY])
+    spec = capsys.readouterr().out
+    assert f"target smollm2 ({ABOUT}, then cast to bfloat16, 134.52M)" in plain
+    assert "(cpu, fast-bf16 decoder," in stats_line(plain) and "(cpu, fast-bf16 decoder," in stats_line(spec)
+    assert sample_text(spec) == sample_text(plain)
+
+
+def test_bench_hf_times_transformers_on_the_same_file_and_the_greedy_tokens_agree(scripts_load, capsys):
+    pytest.importorskip("transformers", reason="transformers is not installed: pip install -r requirements-hf.txt")
+    bench.main(["--target", "smollm2", "--hf", "--draft", "ngram", "--k", "2", "--settings", "t0", "--prompts", "1",
+                "--max_new_tokens", "8", "--repeats", "1"])
+    out = capsys.readouterr().out
+    assert f"vs our plain sampling, both loading the same file ({ABOUT}, eager decoder); 1 prompts x 8 new" in out
+    rows = [line for line in out.splitlines() if line.startswith("| t0 | plain |")]
+    assert len(rows) == 1 and rows[0].endswith("| yes |"), rows
 
 
 def test_bench_sweeps_k_on_the_chat_prompts_and_prints_the_readme_row(scripts_load, capsys):
@@ -164,6 +181,24 @@ def test_bench_runs_a_gguf_path(tiny_gguf, capsys):
                 "--max_new_tokens", "8", "--repeats", "1"])
     out = capsys.readouterr().out
     assert "2 chat prompts x 8 new tokens at most" in out and "| t1.0 | 2 | layerskip-1 tokenwise | eager |" in out
+
+
+def test_the_bf16_decoder_on_a_gguf_path_names_bfloat16_on_every_line_of_numbers(tiny_gguf, capsys):
+    def run(d):
+        sample.main(["--target", tiny_gguf, "--prompt", "hi the", "--max_new_tokens", "24", "--draft", d,
+                     "--decoder", "fast-bf16", *GREEDY])
+        return capsys.readouterr().out
+
+    plain, spec = run("none"), run("layerskip")  # layerskip: built from the float32 model, a draft as any other
+    assert "(tiny, float32 as stored, then cast to bfloat16, 0." in plain
+    assert sample_text(spec) == sample_text(plain) and "fast-bf16 decoder" in stats_line(spec)
+    bench.main(["--target", tiny_gguf, "--draft", "ngram", "--k", "2,auto", "--settings", "t0", "--prompts", "1",
+                "--max_new_tokens", "8", "--repeats", "1", "--decoder", "eager,fast-bf16"])
+    out = capsys.readouterr().out
+    assert ("(tiny, float32 as stored (eager rows); tiny, float32 as stored, then cast to bfloat16 (fast-bf16 rows), "
+            "0.") in out
+    assert "| t0 | 2 | ngram3 tokenwise | fast-bf16 |" in out and "| t0 | 2 | ngram3 tokenwise | eager |" in out
+    assert "float32 as stored, then cast to bfloat16): | " in out and "| bfloat16 (`--decoder fast-bf16`) |" in out
 
 
 # ---- streaming: a character whose bytes come in several tokens ------------------------------------------------
