@@ -99,6 +99,8 @@ def get_args(argv=None):
     ap.add_argument("--prompts", type=int, default=4,
                     help=f"prompts, cut from the held-out text (a GGUF target: the first of CHAT_PROMPTS' "
                          f"{len(CHAT_PROMPTS)} requests)")
+    ap.add_argument("--prompt", default=None, help="a GGUF target: time this one request (chat template applied) "
+                    "instead of CHAT_PROMPTS, --prompts times")
     ap.add_argument("--corpus", default="shakespeare", help="the prompts' text: the pair's corpus (data.py) or a file")
     ap.add_argument("--prompt_len", type=int, default=64, help="tokens per prompt")
     ap.add_argument("--max_new_tokens", type=int, default=128, help="tokens generated per prompt")
@@ -179,14 +181,18 @@ def get_args(argv=None):
     return args
 
 
-def bench_prompts(args, tok, n):  # -> n prompts (1, T): held-out text, or a chat model's requests
-    return chat_prompts(tok, n) if tok.kind == "gguf" else held_out_prompts(tok, n, args.prompt_len, args.corpus)
+def bench_prompts(args, tok, n):  # -> n prompts (1, T): held-out text, or a chat model's requests (or --prompt's)
+    if tok.kind != "gguf":
+        if args.prompt is not None:
+            raise SystemExit("--prompt is for a chat model's target (--target smollm2); this target times held-out text")
+        return held_out_prompts(tok, n, args.prompt_len, args.corpus)
+    return chat_prompts(tok, n, [args.prompt] if args.prompt is not None else CHAT_PROMPTS)
 
 
-def chat_prompts(tok, n):
-    """n of CHAT_PROMPTS (cycled past its last), each a user's turn in the chat template, ending where the model's
+def chat_prompts(tok, n, requests=CHAT_PROMPTS):
+    """n of the requests (cycled past the last), each a user's turn in the chat template, ending where the model's
     turn begins: 'Explain in a few sentences why the sky is blue.' -> <|im_start|>system ... <|im_start|>assistant"""
-    turns = [[{"role": "user", "content": CHAT_PROMPTS[i % len(CHAT_PROMPTS)]}] for i in range(n)]
+    turns = [[{"role": "user", "content": requests[i % len(requests)]}] for i in range(n)]
     try:
         return [torch.tensor([tok.gguf.chat(turn)], dtype=torch.long) for turn in turns]  # (1, T) each
     except ValueError as e:  # a GGUF file whose chat template is not SmolLM2's

@@ -98,3 +98,10 @@ def test_the_readme_row_has_the_results_tables_columns():
     assert cells[1:] == ["float32", "616", "982", "1.59×", "1.68× (K = 5)", "0.854", "0.142", "1.63", "94%"]
     assert cells[0] == bench.cpu_name()
     assert "bfloat16" in bench.readme_row(dict(auto, decoder="fast-bf16"), best)
+
+
+def test_prompt_is_refused_for_a_target_that_times_held_out_text():
+    args = bench.get_args(["--prompt", "Say hi."])
+    tok = bench.data.Tokenizer({"kind": "char", "chars": "ab"})
+    with pytest.raises(SystemExit, match="--prompt is for a chat model"):
+        bench.bench_prompts(args, tok, 1)
