@@ -81,6 +81,9 @@ TREES = []  # every Tree made, so each can move the others' modules out of the w
 
 
 def unpack(commit):  # -> (folder holding the commit's files, its short hash); SystemExit with what to do
+    if not in_git_checkout():
+        raise SystemExit("speed_vs: this folder is not a git checkout (an export has no history to compare with): "
+                         "run it in a clone of the repository")
     try:
         short = subprocess.run(["git", "rev-parse", "--short", commit + "^{commit}"], cwd=ROOT, check=True,
                                capture_output=True, text=True).stdout.strip()
@@ -92,6 +95,13 @@ def unpack(commit):  # -> (folder holding the commit's files, its short hash); S
     archive = subprocess.run(["git", "archive", "--format=tar", short], cwd=ROOT, check=True, capture_output=True)
     subprocess.run(["tar", "-x", "-C", folder], input=archive.stdout, check=True)
     return folder, short
+
+
+def in_git_checkout():
+    try:
+        return subprocess.run(["git", "rev-parse", "--git-dir"], cwd=ROOT, capture_output=True).returncode == 0
+    except FileNotFoundError:  # no git at all
+        return False
 
 
 def sign_test(wins, n):  # -> two-sided p of `wins` of n under "each round is a coin flip"
