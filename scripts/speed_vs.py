@@ -56,8 +56,13 @@ class Tree:
             self.speculative = importlib.import_module("speculative")
 
     def ours(self, module, root=None):  # -> is this module a file of this tree (or of root; this script aside)?
+        # subtle: by its top-level name too, not its folder alone: a venv inside the checkout (CI's .venv-ci) holds
+        # torch under the same folder, and torch must never be imported twice
+        root = root or self.root
         path = os.path.abspath(getattr(module, "__file__", None) or os.sep)
-        return path.startswith((root or self.root) + os.sep) and path != os.path.abspath(__file__)
+        name = (getattr(module, "__name__", None) or "").split(".")[0]
+        return (name in project_names(root) and path.startswith(root + os.sep)
+                and path != os.path.abspath(__file__))
 
     @contextlib.contextmanager
     def active(self):
@@ -78,6 +83,14 @@ class Tree:
 
 
 TREES = []  # every Tree made, so each can move the others' modules out of the way
+
+
+def project_names(root, known={}):  # -> the top-level modules of a tree: its .py files and packages
+    if root not in known:
+        entries = os.listdir(root)
+        known[root] = ({e[:-3] for e in entries if e.endswith(".py")}
+                       | {e for e in entries if os.path.isfile(os.path.join(root, e, "__init__.py"))})
+    return known[root]
 
 
 def unpack(commit):  # -> (folder holding the commit's files, its short hash); SystemExit with what to do

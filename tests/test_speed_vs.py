@@ -5,6 +5,7 @@ import os
 import sys
 
 import pytest
+import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "scripts"))
 import speed_vs  # noqa: E402
@@ -30,6 +31,18 @@ def test_each_tree_runs_its_own_modules_and_the_report_reads(capsys):
     assert "same tokens with the same seeds: yes" in out  # HEAD and the tree share the sampling code
     assert not any(old.ours(m) for m in sys.modules.values())  # the other tree's modules left no trace
     assert set(sys.modules) >= before
+    assert sys.modules["torch"] is torch  # only the project's own modules were swapped, never a library's
+
+
+def test_a_library_inside_the_checkout_is_not_the_projects(tmp_path):
+    """CI's venv lives inside the checkout (.venv-ci/.../torch): only the tree's own top-level names count."""
+    tree = speed_vs.Tree.__new__(speed_vs.Tree)
+    tree.root = speed_vs.ROOT
+    fake_torch = type(sys)("torch")
+    fake_torch.__file__ = os.path.join(speed_vs.ROOT, ".venv-ci", "lib", "site-packages", "torch", "__init__.py")
+    assert not tree.ours(fake_torch)
+    import speculative
+    assert tree.ours(speculative)  # the check can fail: the project's own modules still count
 
 
 def test_a_name_that_is_not_a_commit_gets_one_line():
