@@ -171,24 +171,32 @@ class GPT(nn.Module):
         pos (T,) and mask (T, cache_len + T) feed a tree of tokens (ChainCache.place), rows and span a subset of
         the rows of a RowCache (RowCache.place).
         """
-        B, T = idx.size()
-        if not use_cache:  # positions 0..T-1, causal attention
-            assert pos is None and mask is None, "a tree of tokens (pos, mask) needs use_cache=True"
-            assert T <= self.config.block_size, (
-                f"cannot attend to {T} positions, block_size is only {self.config.block_size}")
-            cache, pos = None, slice(0, T)
-        else:
-            if self.cache is None:
-                self.reset_cache(B)
-            cache = self.cache
-            pos, mask = cache.place(T, pos, mask, rows, span)  # where the new tokens sit, and what each sees
+        cache, pos, mask = self.placed(idx, use_cache, pos, mask, rows, span)
         x = self.transformer.drop(self.transformer.wte(idx) + self.transformer.wpe.weight[pos])  # (B, T, C)
         kept = []
         for i, block in enumerate(self.transformer.h):
             x = block(x, cache, mask)
             if i in self.keep_layers:
                 kept.append(x)
-        self.features = Features(0 if cache is None else cache.start, idx, x, tuple(kept))  # drafts/heads.py reads it
+        return self.finish(idx, x, cache, kept, targets)
+
+    def placed(self, idx, use_cache, pos, mask, rows, span):  # -> (cache or None, positions, mask) of idx's tokens
+        """Where the T new tokens of idx (B, T) sit and what each sees: positions 0..T-1 and causal attention without
+        a cache; with one, what its place() says (allocating a ChainCache on the first cached forward)."""
+        B, T = idx.size()
+        if not use_cache:  # positions 0..T-1, causal attention
+            assert pos is None and mask is None, "a tree of tokens (pos, mask) needs use_cache=True"
+            assert T <= self.config.block_size, (
+                f"cannot attend to {T} positions, block_size is only {self.config.block_size}")
+            return None, slice(0, T), None
+        if self.cache is None:
+            self.reset_cache(B)
+        pos, mask = self.cache.place(T, pos, mask, rows, span)  # where the new tokens sit, and what each sees
+        return self.cache, pos, mask
+
+    def finish(self, idx, x, cache, kept, targets):  # final block's output x (B, T, C) -> (logits (B, T, V), loss)
+        """Record the features (drafts/heads.py reads them), then the final norm and the LM head."""
+        self.features = Features(0 if cache is None else cache.start, idx, x, tuple(kept))
         logits = self.lm_head(self.transformer.ln_f(x))  # (B, T, V)
         loss = None
         if targets is not None:

@@ -34,7 +34,7 @@ import torch
 import torch.nn as nn
 from torch.nn import functional as F
 
-from model import GPT, ChainCache, Features, RowCache
+from model import GPT, ChainCache, RowCache
 
 
 @dataclass
@@ -173,17 +173,7 @@ class Llama(nn.Module):
         The cache's place() says where the new tokens sit: a slice (a chain), a (T,) tensor (a tree) or a (B', T)
         tensor (a RowCache); their rows of the RoPE table are the angles their queries and keys turn by.
         """
-        B, T = idx.size()
-        if not use_cache:  # positions 0..T-1, causal attention
-            assert pos is None and mask is None, "a tree of tokens (pos, mask) needs use_cache=True"
-            assert T <= self.config.block_size, (
-                f"cannot attend to {T} positions, block_size is only {self.config.block_size}")
-            cache, pos = None, slice(0, T)
-        else:
-            if self.cache is None:
-                self.reset_cache(B)
-            cache = self.cache
-            pos, mask = cache.place(T, pos, mask, rows, span)  # where the new tokens sit, and what each sees
+        cache, pos, mask = self.placed(idx, use_cache, pos, mask, rows, span)  # model.GPT's
         rope = self.rope[pos]  # (T, hs/2, 2), or (B', T, hs/2, 2) with a RowCache
         if rope.dim() == 4:
             rope = rope[:, None]  # (B', 1, T, hs/2, 2): the same angles for every head
@@ -193,12 +183,7 @@ class Llama(nn.Module):
             x = block(x, rope, cache, mask)
             if i in self.keep_layers:
                 kept.append(x)
-        self.features = Features(0 if cache is None else cache.start, idx, x, tuple(kept))  # drafts/heads.py reads it
-        logits = self.lm_head(self.transformer.ln_f(x))  # (B, T, V)
-        loss = None
-        if targets is not None:
-            loss = F.cross_entropy(logits.view(-1, logits.size(-1)).float(), targets.view(-1), ignore_index=-1)
-        return logits, loss
+        return self.finish(idx, x, cache, kept, targets)  # model.GPT's: features, final norm, LM head
 
     # ---- the cache: model.GPT's, with n_kv_head heads ----------------------------------------------------------
 
@@ -216,4 +201,5 @@ class Llama(nn.Module):
 
     # the rollback is the GPT's own code: it only talks to the cache (and to the features, for compact)
     cache_len, row_lengths, crop, compact = GPT.cache_len, GPT.row_lengths, GPT.crop, GPT.compact
+    placed, finish = GPT.placed, GPT.finish  # where new tokens sit; the features, final norm and LM head
     crop_rows, keep_rows, row_forward = GPT.crop_rows, GPT.keep_rows, GPT.row_forward
