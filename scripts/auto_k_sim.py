@@ -117,7 +117,7 @@ def measure(k_max=16, repeats=60, new_tokens=128, seeds=3):
     draft, from those calls and calls with K = k_max // 4."""
     import time
     import torch
-    import bench
+    from benchmarks import common
     import data
     from engine.fast import with_decoder
     from model import load_checkpoint
@@ -139,7 +139,7 @@ def measure(k_max=16, repeats=60, new_tokens=128, seeds=3):
     step = statistics.median(times[1])
     widths = [statistics.median(times[n]) / step for n in range(1, k_max + 2)]
     c = statistics.median(times[0]) / step
-    prompts = bench.held_out_prompts(data.Tokenizer(meta["tokenizer"]), 4, 64, "shakespeare")
+    prompts = common.held_out_prompts(data.Tokenizer(meta["tokenizer"]), 4, 64, "shakespeare")
     assert k_max >= 2, "measure() needs k_max >= 2: the time outside the forwards is fitted from two K"
     short = max(1, k_max // 4)  # K = 4 for the default k_max = 16
     accept, outside = {}, {}  # outside: K -> [rounds, drafts, seconds no forward covers]

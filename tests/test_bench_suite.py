@@ -8,6 +8,7 @@ import pytest
 import torch
 
 import bench
+from benchmarks import suite, theory
 import speculative
 from speculative import speculative_generate, speculative_round
 from tests.conftest import random_gpt
@@ -29,8 +30,8 @@ def test_alpha_counts_tested_drafts_not_rounds_that_kept_fewer_than_k(capped):
     _, stats = speculative_generate(target, copy.deepcopy(target), torch.tensor([[1]]), 20, k=4, verify="capped",
                                     generator=torch.Generator().manual_seed(0))  # the draft is the target: keeps all
     assert all(kept == 2 for _, K, kept in stats.rounds if K >= 2) and stats.tested[0] == 2
-    assert bench.alpha_from_rounds(bench.with_tests(stats)) == 1.0
-    assert bench.alpha_from_rounds(stats.rounds) < 1.0  # without what the round tested: 2 of 4 read as a rejection
+    assert theory.alpha_from_rounds(theory.with_tests(stats)) == 1.0
+    assert theory.alpha_from_rounds(stats.rounds) < 1.0  # without what the round tested: 2 of 4 read as a rejection
 
 
 def test_a_plain_round_records_kept_plus_one_tested_after_a_rejection():
@@ -44,23 +45,23 @@ def test_a_plain_round_records_kept_plus_one_tested_after_a_rejection():
 def test_acceptance_by_position_and_the_kept_histogram():
     rounds = [(0, 3, 3), (4, 3, 1), (6, 3, 0), (7, 3, 2), (10, 1, 0)]  # (t, K, kept); tested = kept (+1 if < K)
     # position 1: tested 5 times, kept 3; position 2: tested 3 (rounds 1, 2, 4), kept 2; position 3: tested 2, kept 1
-    assert bench.acceptance_by_position(rounds) == [3 / 5, 2 / 3, 1 / 2]
-    assert bench.acceptance_by_position([(0, 2, 1, 1)], 3)[1:] != bench.acceptance_by_position([(0, 2, 1)], 3)[1:]
-    counts, theory = bench.kept_histogram(rounds, 3)  # the K = 1 round is left out
+    assert theory.acceptance_by_position(rounds) == [3 / 5, 2 / 3, 1 / 2]
+    assert theory.acceptance_by_position([(0, 2, 1, 1)], 3)[1:] != theory.acceptance_by_position([(0, 2, 1)], 3)[1:]
+    counts, law = theory.kept_histogram(rounds, 3)  # the K = 1 round is left out
     assert counts == [1, 1, 1, 1]
-    a = bench.alpha_from_rounds(rounds[:4])  # 6 kept of 9 tested
-    assert a == 6 / 9 and theory == pytest.approx([1 - a, a * (1 - a), a * a * (1 - a), a ** 3])
-    assert sum(theory) == pytest.approx(1.0)
+    a = theory.alpha_from_rounds(rounds[:4])  # 6 kept of 9 tested
+    assert a == 6 / 9 and law == pytest.approx([1 - a, a * (1 - a), a * a * (1 - a), a ** 3])
+    assert sum(law) == pytest.approx(1.0)
 
 
 def test_the_advice_says_overhead_when_theory_already_pays():
     # alpha and c that already pay at K = 1 (v 1.09): the loss is the run's own overhead, not the draft
-    text = bench.why_it_does_not_pay(0.133, 0.022, 1.09, measured=0.9, K=1)
+    text = theory.why_it_does_not_pay(0.133, 0.022, 1.09, measured=0.9, K=1)
     assert "per-round overhead" in text and "would pay" not in text
     assert "reached 88% of the theorem's 1.02x" in text and "12% of its time" in text
-    text = bench.why_it_does_not_pay(0.133, 0.022, 1.09, measured=0.9, K=4)  # theory < 1 at this K: say which K
+    text = theory.why_it_does_not_pay(0.133, 0.022, 1.09, measured=0.9, K=4)  # theory < 1 at this K: say which K
     assert "K = 1 would suit this draft better than K = 4" in text
-    assert "would pay" in bench.why_it_does_not_pay(0.4, 0.33, 1.1, measured=0.9, K=1)  # theory < 1: as before
+    assert "would pay" in theory.why_it_does_not_pay(0.4, 0.33, 1.1, measured=0.9, K=1)  # theory < 1: as before
 
 
 SMOKE = ["--suite", "--prompts", "1", "--repeats", "2", "--max_new_tokens", "12", "--draft", "checkpoints/draft.pt,ngram"]
@@ -70,7 +71,7 @@ def test_the_suite_runs_every_category_draft_and_setting(tmp_path, capsys):
     rows = bench.main(SMOKE + ["--json", str(tmp_path / "suite.json")])
     out = capsys.readouterr().out
     assert {(r["category"], r["setting"], r["draft"]) for r in rows} == {
-        (cat, st, d) for cat in bench.SUITE for st in ("t0", "t1.0") for d in ("draft", "ngram")}
+        (cat, st, d) for cat in suite.SUITE for st in ("t0", "t1.0") for d in ("draft", "ngram")}
     for r in rows:
         assert len(r["repeat_speedups"]) == 2 and r["speedup_std"] >= 0 and 1.0 <= r["tau"] <= r["K"] + 1
         assert (r["greedy_equal"] == "yes") == (r["setting"] == "t0")  # T = 1 is not compared: None
@@ -78,17 +79,17 @@ def test_the_suite_runs_every_category_draft_and_setting(tmp_path, capsys):
     assert "greedy equal" in out and out.count("| yes |") == 10 and "does the target itself repeat" in out
     assert "t1.0, ngram: " in out and ("wins no category" in out or "wins " in out)
     saved = json.loads((tmp_path / "suite.json").read_text())
-    assert len(saved["rows"]) == 20 and set(saved["categories"]) == set(bench.SUITE)
+    assert len(saved["rows"]) == 20 and set(saved["categories"]) == set(suite.SUITE)
 
 
 def test_the_suite_names_the_first_token_where_greedy_differs(monkeypatch, capsys):
-    real = bench.speculative_generate
+    real = suite.speculative_generate
 
     def off_by_one(*args, **kwargs):  # a planted bug: the 4th new token changes
         out, stats = real(*args, **kwargs)
         out[0, args[2].size(1) + 3] = (out[0, args[2].size(1) + 3] + 1) % 78
         return out, stats
-    monkeypatch.setattr(bench, "speculative_generate", off_by_one)
+    monkeypatch.setattr(suite, "speculative_generate", off_by_one)
     rows = bench.main(SMOKE + ["--settings", "t0", "--draft", "ngram"])
     assert all(r["greedy_equal"] == "no: first at prompt 1, new token 3" for r in rows)
 
@@ -98,14 +99,14 @@ def test_the_suite_prompts_are_what_their_categories_say():
     from model import load_checkpoint, SHIPPED
     target, meta = load_checkpoint(SHIPPED["target"])
     tok = data.Tokenizer(meta["tokenizer"])
-    tasks = bench.suite_prompts(tok, 3, 64, 256)
+    tasks = suite.suite_prompts(tok, 3, 64, 256)
     for prompt, expected in tasks["repeat"]:  # the passage, a blank line, its first 40 characters again
         text = tok.decode(prompt[0].tolist())
-        passage = text[:-bench.QUOTED - 2]
-        assert text.endswith("\n\n" + passage[:bench.QUOTED]) and tok.decode(expected) == passage[bench.QUOTED:]
+        passage = text[:-suite.QUOTED - 2]
+        assert text.endswith("\n\n" + passage[:suite.QUOTED]) and tok.decode(expected) == passage[suite.QUOTED:]
     assert all(tok.decode(p[0].tolist()).endswith(":\n") for p, _ in tasks["dialogue"])
     assert all(p.size(1) == 256 - 16 for p, _ in tasks["long"])
-    assert all(tok.decode(p[0].tolist()) in bench.PROSE for p, _ in tasks["prose"])
+    assert all(tok.decode(p[0].tolist()) in suite.PROSE for p, _ in tasks["prose"])
     assert all(len(ps) == 3 for ps in tasks.values())
 
 

@@ -7,6 +7,8 @@ import dataclasses
 import pytest
 
 import bench
+import data
+from benchmarks import common, suite, sweep
 import sample
 import speculative
 import verifiers  # noqa: F401  (fills speculative.ROUNDS: tree, lenient)
@@ -62,7 +64,7 @@ def test_every_suite_row_of_a_lossy_verifier_is_labelled_lossy(capsys):
     rows = bench.main(SUITE + ["--draft", "ngram", "--verify", "lenient"])
     out = capsys.readouterr().out
     assert {r["draft"] for r in rows} == {"ngram (LOSSY)"}
-    assert [r[2] for r in table_rows(out)] == ["ngram (LOSSY)"] * len(bench.SUITE)
+    assert [r[2] for r in table_rows(out)] == ["ngram (LOSSY)"] * len(suite.SUITE)
     assert "K = 4, lenient (LOSSY);" in out
 
 
@@ -92,16 +94,16 @@ def test_the_readme_row_has_the_results_tables_columns():
     """bench.py prints the README's 'Results at a glance' row itself, so the table is regenerated, not copied."""
     auto = dict(setting="t1.0", decoder="fast", plain_tps=616.2, spec_tps=982.4, speedup=1.594)
     best = dict(K=5, speedup=1.68, alpha=0.854, c=0.142, v=1.63, with_v=1.787)
-    row = bench.readme_row(auto, best)
+    row = sweep.readme_row(auto, best)
     cells = row.split(": | ", 1)[1].strip(" |").split(" | ")
     assert row.startswith("README row (t1.0, commit ")
     assert cells[1:] == ["float32", "616", "982", "1.59×", "1.68× (K = 5)", "0.854", "0.142", "1.63", "94%"]
-    assert cells[0] == bench.cpu_name()
-    assert "bfloat16" in bench.readme_row(dict(auto, decoder="fast-bf16"), best)
+    assert cells[0] == common.cpu_name()
+    assert "bfloat16" in sweep.readme_row(dict(auto, decoder="fast-bf16"), best)
 
 
 def test_prompt_is_refused_for_a_target_that_times_held_out_text():
     args = bench.get_args(["--prompt", "Say hi."])
-    tok = bench.data.Tokenizer({"kind": "char", "chars": "ab"})
+    tok = data.Tokenizer({"kind": "char", "chars": "ab"})
     with pytest.raises(SystemExit, match="--prompt is for a chat model"):
-        bench.bench_prompts(args, tok, 1)
+        common.bench_prompts(args, tok, 1)

@@ -281,7 +281,7 @@ def test_bench_puts_every_draft_and_verifier_in_one_table(pair, capsys):
 
 
 def test_theorem_3_8_prediction_and_alpha_estimate():
-    from bench import alpha_from_rounds, predicted
+    from benchmarks.theory import alpha_from_rounds, predicted
     assert abs(predicted(0.8, 4, 0.1) - (1 - 0.8 ** 5) / (0.2 * 1.4)) < 1e-12  # = 2.4011
     assert predicted(0.0, 4, 0.0) == 1.0 and predicted(1.0, 3, 0.0) == 4.0
     # rounds (t, drafted, kept): 2 kept then a rejection; 3 of 3 kept; 0 kept, rejected -> 5 / (5 + 2)
@@ -289,33 +289,33 @@ def test_theorem_3_8_prediction_and_alpha_estimate():
 
 
 def test_auto_is_compared_with_a_best_k_chosen_on_other_repeats():
-    import bench
+    from benchmarks import sweep
     rows = {K: dict(K=K, repeat_tps=tps) for K, tps in [  # repeats 0, 2, 4 measure; 1, 3 choose
         (2, [100, 130, 100, 130, 100]), (4, [120, 110, 120, 110, 120]), ("auto", [118, 0, 119, 0, 121])]}
-    K, ratio = bench.auto_against_held_out_best(rows["auto"], [rows[2], rows[4]])
+    K, ratio = sweep.auto_against_held_out_best(rows["auto"], [rows[2], rows[4]])
     assert K == 2 and ratio == pytest.approx(119 / 100)  # K = 2 won its own repeats, not the others
 
 
 def test_auto_against_the_best_k_repeat_by_repeat_gives_the_middle_half():
-    import bench
+    from benchmarks import sweep
     auto, best = dict(repeat_tps=[100, 110, 90, 100, 105]), dict(repeat_tps=[100] * 5)
-    q1, q3 = bench.per_repeat_spread(auto, best)  # ratios 0.9, 1.0, 1.0, 1.05, 1.1: quartiles at ranks 1.5, 4.5
+    q1, q3 = sweep.per_repeat_spread(auto, best)  # ratios 0.9, 1.0, 1.0, 1.05, 1.1: quartiles at ranks 1.5, 4.5
     assert (q1, q3) == (pytest.approx(0.95), pytest.approx(1.075))
 
 
 def test_bench_says_why_a_pair_does_not_pay():
-    import bench
-    text = bench.why_it_does_not_pay(0.4, 0.33, 1.1)
+    from benchmarks import theory
+    text = theory.why_it_does_not_pay(0.4, 0.33, 1.1)
     assert "allows at most 0.98x (K = 1)" in text and "under 0.300 target steps" in text and "above 0.430" in text
     # the thresholds are where Theorem 3.8 crosses 1: just past them it pays, just before it does not
-    assert max(bench.predicted(0.4, K, 0.299, 1.1) for K in range(1, 17)) > 1.0 > bench.predicted(0.4, 1, 0.301, 1.1)
-    assert max(bench.predicted(0.431, K, 0.33, 1.1) for K in range(1, 17)) > 1.0
-    assert max(bench.predicted(0.429, K, 0.33, 1.1) for K in range(1, 17)) < 1.0
-    assert "no draft pays at this alpha" in bench.why_it_does_not_pay(0.3, 0.9, 1.5)
+    assert max(theory.predicted(0.4, K, 0.299, 1.1) for K in range(1, 17)) > 1.0 > theory.predicted(0.4, 1, 0.301, 1.1)
+    assert max(theory.predicted(0.431, K, 0.33, 1.1) for K in range(1, 17)) > 1.0
+    assert max(theory.predicted(0.429, K, 0.33, 1.1) for K in range(1, 17)) < 1.0
+    assert "no draft pays at this alpha" in theory.why_it_does_not_pay(0.3, 0.9, 1.5)
 
 
 def test_bench_costs_leave_out_the_prompt_read():
-    from bench import steady
+    from benchmarks.common import steady
     assert steady([9.0, 1.0, 2.0]) == 1.5  # the first forward reads the prompt: not a decoding step
 
 

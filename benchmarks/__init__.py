@@ -1,0 +1,14 @@
+"""
+bench.py's modes, one file each; bench.py parses the flags and calls one of them.
+
+    sweep.py      plain against speculative at each K (the default mode)
+    suite.py      --suite: which draft for which kind of text (chat_tasks.py: a real chat model's requests)
+    batch.py      --batch: engine/batched.py at several batch sizes
+    trees.py      --tree_shapes: draft trees of several shapes
+    profiling.py  --profile: where the time goes
+    hf.py         --hf: transformers beside ours on the same model
+    theory.py     Theorem 3.8, the kept-draft histogram and the advice, which every mode prints beside its numbers
+    common.py     settings, prompts, the machine's name, the drafts from --draft
+
+The folder is not named `bench`: a package of that name would shadow bench.py.
+"""

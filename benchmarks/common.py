@@ -1,0 +1,144 @@
+"""
+What every mode of bench.py shares: the sampling settings, the prompts (held-out text for the trained pair, chat
+requests for a GGUF model), the machine's name and commit printed with every table, the drafts built from --draft,
+and the small measurements (steady forward costs, draft time per round) that the tables turn into c and v.
+"""
+
+import os
+import platform
+import statistics
+
+import torch
+
+import data
+from sample import draft_from_path, make_draft
+from speculative import DRAFTS, ROUNDS, round_for
+
+
+SETTINGS = {"t0": dict(temperature=0.0), "t0.8p0.95": dict(temperature=0.8, top_p=0.95), "t1.0": dict(temperature=1.0)}
+
+
+# A chat model's prompts (a GGUF target): short requests, each a user's turn in its chat template. The last asks for a
+# text back, corrected: its answer copies the request, which the lookup drafts (ngram, suffix) can propose.
+CHAT_PROMPTS = [
+    "Write a short poem about autumn leaves falling in a quiet park.",
+    "Explain in a few sentences why the sky is blue.",
+    "Give me a simple recipe for pancakes as a numbered list.",
+    "Correct the spelling in this text and write it out again in full: 'The old lighthouse keeper climbd the "
+    "stairs every evening to light the lamp. Ships pased safely through the narow channel, and the keeper wrote "
+    "each one in his log book before going to sleep.'",
+]
+
+
+def bench_prompts(args, tok, n):  # -> n prompts (1, T): held-out text, or a chat model's requests (or --prompt's)
+    if tok.kind != "gguf":
+        if args.prompt is not None:
+            raise SystemExit("--prompt is for a chat model's target (--target smollm2); this target times held-out text")
+        return held_out_prompts(tok, n, args.prompt_len, args.corpus)
+    return chat_prompts(tok, n, [args.prompt] if args.prompt is not None else CHAT_PROMPTS)
+
+
+def chat_prompts(tok, n, requests=CHAT_PROMPTS):
+    """n of the requests (cycled past the last), each a user's turn in the chat template, ending where the model's
+    turn begins: 'Explain in a few sentences why the sky is blue.' -> <|im_start|>system ... <|im_start|>assistant"""
+    turns = [[{"role": "user", "content": requests[i % len(requests)]}] for i in range(n)]
+    try:
+        return [torch.tensor([tok.gguf.chat(turn)], dtype=torch.long) for turn in turns]  # (1, T) each
+    except ValueError as e:  # a GGUF file whose chat template is not SmolLM2's
+        raise SystemExit(f"the chat prompts: {e}") from e
+
+
+def held_out_prompts(tok, n, length, corpus):
+    """n prompts of `length` tokens, evenly spaced through the corpus' validation text."""
+    try:
+        val_ids = tok.encode(data.texts(corpus)[1])
+    except ValueError as e:
+        raise SystemExit(f"--corpus {corpus}: the checkpoint's tokenizer cannot encode it ({e}); "
+                         "pass the corpus the pair was trained on") from e
+    if len(val_ids) < length + 1:
+        raise SystemExit(f"the validation text is shorter than --prompt_len {length}")
+    starts = [int(i * (len(val_ids) - length) / n) for i in range(n)]
+    return [torch.tensor([val_ids[s:s + length]], dtype=torch.long) for s in starts]  # (1, T) each
+
+
+def machine():
+    """The CPU as lscpu names it, with the instruction sets that decide the speed here, cores, OS, torch, threads."""
+    return (f"{cpu_name()}, {os.cpu_count()} cores, {platform.system()}; "
+            f"torch {torch.__version__}, {torch.get_num_threads()} threads")
+
+
+def cpu_name():
+    """The CPU as lscpu names it, with the instruction sets that decide the speed here (from /proc/cpuinfo)."""
+    cpu, flags = platform.processor(), set()
+    if os.path.exists("/proc/cpuinfo"):
+        lines = open("/proc/cpuinfo").read().splitlines()
+        cpu = next((line.split(":", 1)[1].strip() for line in lines if line.startswith("model name")), cpu)
+        flags = set(next((line.split(":", 1)[1].split() for line in lines if line.startswith("flags")), []))
+    isa = [name for flag, name in [("avx2", "AVX2"), ("avx512f", "AVX-512"), ("avx512_bf16", "AVX512-BF16"),
+                                   ("amx_tile", "AMX")] if flag in flags]
+    return cpu + (f" ({', '.join(isa)})" if isa else "")  # none listed: none of these (or no /proc/cpuinfo)
+
+
+def commit():  # -> the checkout's short commit hash, "+ changes" if the tree differs from it; "unknown" outside git
+    import subprocess
+    try:
+        run = lambda *a: subprocess.run(["git", *a], capture_output=True, text=True, timeout=10,
+                                        cwd=os.path.dirname(os.path.abspath(__file__))).stdout.strip()
+        head = run("rev-parse", "--short", "HEAD")
+        return (head + (" + changes" if run("status", "--porcelain", "--untracked-files=no") else "")) or "unknown"
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+
+
+def runs_as(pairs):  # -> what a GGUF target's rows ran on, in the words every line prints; "" for a model.GPT
+    """{decoder: (target as run, draft)} -> 'SmolLM2-135M-Instruct dequantized from Q4_1 to float32, '; with a
+    fast-bf16 column beside an eager one (engine/fast.py's bfloat16_copy), each decoder's: '... to float32 (eager
+    rows); ..., then cast to bfloat16 (fast-bf16 rows), '. A model.GPT has no `about`: the decoder column says it."""
+    abouts = {dec: t.about for dec, (t, _) in pairs.items() if hasattr(t, "about")}
+    if len(set(abouts.values())) <= 1:
+        return "".join(f"{about}, " for about in set(abouts.values()))
+    return "; ".join(f"{about} ({dec} rows)" for dec, about in abouts.items()) + ", "
+
+
+def beyond_max_k(draft, K):  # -> is K more than the draft can propose (drafts/medusa.py: one token per head)?
+    return isinstance(K, int) and bool(getattr(draft, "max_k", None)) and K > draft.max_k
+
+
+def takes(params, K, draft=None):  # -> does the verifier of params (verify=..., ...) take this K, and the draft?
+    if beyond_max_k(draft, K):
+        return False
+    try:
+        round_for(k=K, **params)
+        return True
+    except ValueError:
+        return False
+
+
+def steady(times):
+    """Mean seconds per forward after the first, which reads the whole prompt into the cache: c and v are about
+    decoding. (A run longer than the context window also re-reads the window when it slides; those stay in.)"""
+    return statistics.mean(times[1:]) if len(times) > 1 else float("nan")
+
+
+def draft_time_per_round(stats):
+    """Seconds of the draft's calls per round that drafted, after the first round (which reads the prompt): K calls
+    for a token-by-token draft, one forward and K - 1 answers from it for drafts/parallel.py. Window slides stay in."""
+    drafting = [K for _, K, _ in stats.rounds if K]
+    if len(drafting) < 2:
+        return float("nan")
+    return sum(stats.draft_times[drafting[0]:]) / (len(drafting) - 1)
+
+
+def lossy(verify):  # -> " (LOSSY)" after a verifier's name in every table where its output is not the target's
+    return "" if ROUNDS[verify].lossless else " (LOSSY)"
+
+
+def cell(x, spec, unit=""):  # a table cell: "-" where nothing was measured (nan: no draft tested), else x and unit
+    return "-" if x != x else format(x, spec) + unit
+
+
+def build_draft(args, name, target, tmeta):
+    """-> the draft of one --draft entry (main, suite_report, tree_report): a registered draft by name, or a path:
+    a head's checkpoint, a model, or a model on another tokenizer (drafts/cross_vocab.py)."""
+    return make_draft(args, name, target) if name in DRAFTS else draft_from_path(
+        name, target, tmeta, args.device, args.decoder[0])
