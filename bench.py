@@ -11,8 +11,12 @@ speedup that Leviathan et al. 2023, Theorem 3.8, predicts from the measured acce
     python bench.py --tree_shapes 1 2 2,2 4,2 --k 2,3,4 --settings t1.0   # draft trees (see tree_report)
     python bench.py --target smollm2 --draft ngram,layerskip --k 2,4,auto --settings t0   # a real model (pretrained/)
     python bench.py --target smollm2 --hf --k 2 --settings t0 --max_new_tokens 64   # and transformers on its file
+    python bench.py --suite                           # which draft for which kind of text (benchmarks/suite.py)
+    python bench.py --target smollm2 --suite --hf     # the same on the real model's requests, beside transformers
 
-For each setting and K it reports tokens/s of both samplers (median over --repeats), the speedup, alpha (the
+Each mode lives in benchmarks/ (the K sweep in sweep.py, --suite in suite.py, ...; benchmarks/__init__.py lists
+them), and Theorem 3.8, which every table stands beside, in benchmarks/theory.py. For each setting and K the sweep
+reports tokens/s of both samplers (median over --repeats), the speedup, alpha (the
 per-token acceptance probability, estimated from the rounds: kept / (kept + rejections)), tokens per target
 call, the measured cost ratio c = draft step / target step, the measured v = one target forward over K+1
 tokens / one target step (both from every forward of a run but its first, which reads the prompt), and two
@@ -30,12 +34,11 @@ CHAT_PROMPTS instead of held-out text, requests in its chat template, and each s
 (<|im_end|>), as in sample.py --prompt: tokens/s counts the answers' tokens. One request asks to copy a text with
 its mistakes corrected, where the lookup drafts (ngram, suffix) find what to propose. --decoder fast-bf16 runs a
 copy of it with bfloat16 weights (engine/fast.py's bfloat16_copy: another target, which the lines of numbers name);
---hf times transformers' plain generate() on the same file beside our plain sampling (compare_with_hf).
+--hf times transformers' plain generate() on the same file beside our plain sampling (compare_with_hf). With
+--suite, a GGUF target answers benchmarks/chat_tasks.py's seven kinds of request instead (docs/suite.md).
 
-What it leaves out: timing anything but the sampling loops (checkpoints load first), and the task suite on a GGUF
-target (its texts are the shipped pair's Shakespeare).
+What it leaves out: timing anything but the sampling loops (checkpoints load first).
 """
-
 
 import argparse
 import os
@@ -44,7 +47,8 @@ import torch
 
 from benchmarks.batch import batch_bench
 from benchmarks.common import CHAT_PROMPTS, SETTINGS, machine  # noqa: F401  (also bench.X for scripts and tests)
-from benchmarks.suite import suite_report
+from benchmarks.hf import suite_against_hf
+from benchmarks.suite import CHAT_DRAFTS, suite_report
 from benchmarks.sweep import run as sweep
 from benchmarks.trees import tree_report, tree_shape
 from engine.cpu import add_threads_argument, use_threads
@@ -80,9 +84,10 @@ def get_args(argv=None):
     ap.add_argument("--decoder", default="fast",
                     help=f"comma-separated, from {list(DECODERS)}: how both samplers run the models (engine/fast.py); "
                          "fast-bf16 runs the target in bfloat16, plain sampling included")
-    ap.add_argument("--prompts", type=int, default=4,
-                    help=f"prompts, cut from the held-out text (a GGUF target: the first of CHAT_PROMPTS' "
-                         f"{len(CHAT_PROMPTS)} requests)")
+    ap.add_argument("--prompts", type=int, default=None,
+                    help=f"prompts (per category with --suite), cut from the held-out text (a GGUF target: the first of "
+                         f"CHAT_PROMPTS' {len(CHAT_PROMPTS)} requests, or of each category's five with --suite); "
+                         "None: 4, every request of the chat suite")
     ap.add_argument("--prompt", default=None, help="a GGUF target: time this one request (chat template applied) "
                     "instead of CHAT_PROMPTS, --prompts times")
     ap.add_argument("--corpus", default="shakespeare", help="the prompts' text: the pair's corpus (data.py) or a file")
@@ -106,7 +111,9 @@ def get_args(argv=None):
                          "tree of at most N nodes), at each --k, both --children rules unless one is given, for each "
                          "--draft, beside plain sampling (see tree_report)")
     ap.add_argument("--suite", action="store_true",
-                    help="the task suite instead: five kinds of text (see SUITE), every named draft, T = 0 and 1, "
+                    help="the task suite instead: five kinds of text (benchmarks/suite.py's SUITE), or with --target "
+                         "smollm2 seven kinds of request (benchmarks/chat_tasks.py; drafts CHAT_DRAFTS, 1 repeat, "
+                         "--hf adds transformers' prompt lookup), every named draft, T = 0 and 1, "
                          "speedup mean +- std over --repeats (default 3), tau, alpha by draft position, greedy checked "
                          "equal to plain (see suite_report)")
     ap.add_argument("--hf", action="store_true",
@@ -116,19 +123,20 @@ def get_args(argv=None):
     args = ap.parse_args(argv)
     args.k = args.k or ("4" if args.suite else "1,2,3,4,5,6,7,8,auto")
     args.settings = args.settings or ("t0,t1.0" if args.suite else ",".join(SETTINGS))
-    args.repeats = (3 if args.suite else 5) if args.repeats is None else args.repeats
-    if args.suite and args.target and is_gguf(args.target):
-        ap.error(f"--suite's texts are the shipped pair's Shakespeare, not requests to a chat model: drop --suite to "
-                 f"time {args.target} on its chat prompts (CHAT_PROMPTS), with --draft ngram, suffix or layerskip")
+    chat_suite = args.suite and bool(args.target) and is_gguf(args.target)  # a chat model's requests (chat_tasks.py)
+    args.prompts = args.prompts if args.prompts is not None or chat_suite else 4
+    args.repeats = (1 if chat_suite else 3 if args.suite else 5) if args.repeats is None else args.repeats
+    if chat_suite and args.draft is None:
+        args.draft = CHAT_DRAFTS
     if args.suite and args.draft is None:  # every named draft beside the shipped one, where its weights are here
         missing = [name for name in sorted(DRAFTS) if DRAFTS[name].weights and not os.path.exists(DRAFTS[name].weights)]
         if missing:
             print(f"--suite leaves out {', '.join(missing)}: no trained weights here "
                   f"({', '.join(os.path.relpath(DRAFTS[name].weights) for name in missing)}; train_draft.py trains them)")
         args.draft = ",".join([SHIPPED["draft"], *[name for name in sorted(DRAFTS) if name not in missing]])
-    if args.suite and (args.batch or args.tree_shapes or args.hf or args.profile or args.init_from):
-        ap.error("--suite times single sequences of the shipped kind of pair: drop --batch, --tree_shapes, --hf, "
-                 "--profile and --init_from")
+    if args.suite and (args.batch or args.tree_shapes or args.profile or args.init_from or (args.hf and not chat_suite)):
+        ap.error("--suite times single sequences of the shipped kind of pair or of a GGUF chat model: drop --batch, "
+                 "--tree_shapes, --profile and --init_from (and --hf, which the suite takes with --target smollm2)")
     for shape, budget in args.tree_shapes or []:
         try:
             round_for("tree", 2, branches=shape, budget=budget)
@@ -138,15 +146,13 @@ def get_args(argv=None):
         args.k = [parse_k(k) for k in args.k.split(",")]
     except argparse.ArgumentTypeError as e:
         ap.error(f"--k takes comma-separated ints >= 1 or auto, e.g. 1,2,4,auto: {e}")
-    if args.suite and (len(args.k) != 1 or args.k[0] == "auto"):
-        ap.error(f"--suite compares drafts at one int K (its histograms are per K): pass e.g. --k 4, not --k {','.join(map(str, args.k))}")
     args.settings = args.settings.split(",")
     args.decoder = args.decoder.split(",")
     if any(d not in DECODERS for d in args.decoder):
         ap.error(f"--decoder: choose from {list(DECODERS)}")
     if any(s not in SETTINGS for s in args.settings):
         ap.error(f"--settings: choose from {list(SETTINGS)}")
-    if args.prompts < 1 or args.repeats < 1 or args.max_new_tokens < 1:
+    if (args.prompts is not None and args.prompts < 1) or args.repeats < 1 or args.max_new_tokens < 1:
         ap.error("--prompts, --repeats and --max_new_tokens must be >= 1")
     args.target = args.target or SHIPPED["target"]
     if args.draft is None:
@@ -179,7 +185,8 @@ def main(argv=None):
     if args.tree_shapes:
         return tree_report(args, target, tmeta)
     if args.suite:
-        return suite_report(args, target, tmeta)
+        rows = suite_report(args, target, tmeta)
+        return (rows, suite_against_hf(args, target, tmeta)) if args.hf else rows
     return sweep(args, target, tmeta)
 
 

@@ -23,6 +23,7 @@ import glob
 import hashlib
 import json
 import os
+import platform
 import re
 
 import numpy as np
@@ -192,9 +193,28 @@ def default_bpe_encoding():
 
 # ---- prepare: encode once, cache as uint16 ------------------------------------------------------------------
 
+PYTHON_MODULES = ("textwrap string statistics fractions csv heapq bisect shlex glob fnmatch calendar difflib pprint "
+                  "dataclasses functools").split()  # plain Python code of everyday kinds, in the standard library
+
+
+def python_text():
+    """-> (train_text, val_text, description): text that installs with Python itself, English and code. The language
+    reference's topics as pydoc shows them (pydoc_data.topics, ~465K characters of English with code examples), then
+    the source of PYTHON_MODULES (~407K characters); the last of those modules validates. Offline, on every machine
+    with the same Python version."""
+    import sysconfig
+    from pydoc_data.topics import topics
+    english = "\n\n".join(topics[name] for name in sorted(topics))
+    stdlib = sysconfig.get_paths()["stdlib"]
+    code = [open(os.path.join(stdlib, name + ".py"), encoding="utf-8").read() for name in PYTHON_MODULES]
+    return (english + "\n\n" + "\n\n".join(code[:-1]), code[-1],
+            f"Python {platform.python_version()}'s documentation topics and {len(PYTHON_MODULES)} standard modules; "
+            f"{PYTHON_MODULES[-1]}.py for validation")
+
+
 def texts(corpus="shakespeare"):
-    """-> (train text, validation text, description) of `shakespeare` or of a UTF-8 file."""
-    return shakespeare() if corpus == "shakespeare" else text_file(corpus)
+    """-> (train text, validation text, description) of `shakespeare`, `python` (python_text) or of a UTF-8 file."""
+    return shakespeare() if corpus == "shakespeare" else python_text() if corpus == "python" else text_file(corpus)
 
 
 def prepare(corpus="shakespeare", tokenizer="char", encoding=None, data_dir=DATA_DIR):

@@ -120,6 +120,56 @@ def steady(times):
     return statistics.mean(times[1:]) if len(times) > 1 else float("nan")
 
 
+def wide_forwards(stats):
+    """-> seconds of the target forwards that scored drafts (a round of K >= 1: K + 1 tokens), after the first round
+    (which reads the prompt): v is their cost in target steps. A round of K = 0 (drafts/suffix.py without a match,
+    k="auto" choosing none) is one plain step, left out. Where the forwards do not pair with the rounds one to one
+    (a window's slide re-reads it), every forward after the first."""
+    if len(stats.target_times) != len(stats.rounds):
+        return stats.target_times[1:]
+    return [t for t, (_, K, _) in zip(stats.target_times[1:], stats.rounds[1:]) if K]
+
+
+class Memory:
+    """The process's memory as a user of a real model asks about it: resident memory on a CPU (Linux: /proc/self
+    status's VmRSS, and VmHWM, its peak, which writing 5 to /proc/self/clear_refs resets; proc(5)), allocated memory
+    on a GPU (torch.cuda's peak). start() before a step; grown() and peak() after it, in MB beyond the start. Where
+    neither can be read, every number is nan."""
+
+    def __init__(self, device="cpu"):
+        self.cuda = str(device).startswith("cuda")
+        self.how = "torch.cuda.max_memory_allocated" if self.cuda else "Linux VmRSS and its peak VmHWM"
+        self.base = self.now()[0]
+        self.at = self.base
+
+    def now(self):  # -> (MB held now, MB at the peak since the last reset)
+        if self.cuda:
+            return torch.cuda.memory_allocated() / 2 ** 20, torch.cuda.max_memory_allocated() / 2 ** 20
+        try:
+            status = open("/proc/self/status").read()
+            kb = lambda key: int(next(line.split()[1] for line in status.splitlines() if line.startswith(key + ":")))
+            return kb("VmRSS") / 1024, kb("VmHWM") / 1024
+        except (OSError, StopIteration, ValueError):
+            return float("nan"), float("nan")
+
+    def start(self):
+        if self.cuda:
+            torch.cuda.reset_peak_memory_stats()
+        else:
+            try:
+                with open("/proc/self/clear_refs", "w") as fh:
+                    fh.write("5")  # the peak (VmHWM) counts from now
+            except OSError:
+                pass
+        self.at = self.now()[0]
+
+    def grown(self):  # -> MB held now beyond the start (a draft's weights, its tables)
+        return self.now()[0] - self.at
+
+    def peak(self):  # -> MB at the peak since the start, beyond the start (caches and activations of a call)
+        return self.now()[1] - self.at
+
+
 def draft_time_per_round(stats):
     """Seconds of the draft's calls per round that drafted, after the first round (which reads the prompt): K calls
     for a token-by-token draft, one forward and K - 1 answers from it for drafts/parallel.py. Window slides stay in."""

@@ -8,18 +8,23 @@ real chat model's seven kinds of request (benchmarks/chat_tasks.py; --target smo
 where the model copies its prompt. docs/suite.md describes the categories and the columns.
 """
 
+import argparse
 import json
 import os
 import statistics
+import sys
+import time
 
 import torch
 
-from benchmarks.common import SETTINGS, beyond_max_k, build_draft, cell, held_out_prompts, lossy, machine, steady
-from benchmarks.theory import (acceptance_by_position, alpha_from_rounds, kept_histogram, kept_law, predicted,
+from benchmarks.chat_tasks import TASKS
+from benchmarks.common import (SETTINGS, Memory, beyond_max_k, build_draft, cell, held_out_prompts, lossy, machine,
+                               runs_as, steady, wide_forwards)
+from benchmarks.theory import (acceptance_by_position, alpha_from_rounds, kept_histogram, kept_law, predicted_rounds,
                                why_it_does_not_pay, with_tests)
 import data
 from engine.fast import with_decoder
-from sample import shown, verify_params
+from sample import int_tuple, parse_k, shown, verify_params
 from speculative import DRAFTS, autoregressive_generate, speculative_generate
 
 
@@ -83,102 +88,208 @@ def follows(new, expected):  # -> (characters the output repeats before it first
     return first, sum(same) / len(same) if same else float("nan")
 
 
+CHAT_DRAFTS = "ngram@4,ngram@auto,suffix@auto,suffix:suffix_corpus=python@auto"  # the lookups, and the suffix with a corpus
+COPY_RUN = 4  # a new token counts as copied when it ends a run of this many tokens that also occurs in the prompt
+
+
+def chat_suite_prompts(tok, n=None):
+    """-> {category: [(prompt (1, T), None)]}: the first n (None: all) of each category's conversations in
+    benchmarks/chat_tasks.py, in the model's chat template, each ending where the model's turn begins."""
+    return {cat: [(torch.tensor([tok.gguf.chat(turns)], dtype=torch.long), None) for turns in convs[:n]]
+            for cat, (_, convs) in TASKS.items()}
+
+
+def columns(args):
+    """--draft's entries as the suite's columns: (label, draft name or path, its parameters, K). An entry is NAME or
+    a path; NAME:PARAM=VALUE:... sets that draft's own flags for this column alone; @K its K (an int or auto).
+    'layerskip:layerskip_layers=8@auto' -> ('layerskip:layerskip_layers=8@auto', 'layerskip', {'layerskip_layers': 8},
+    'auto'). An entry without @K runs at every --k, and says @K in its label when --k has more than one."""
+    out = []
+    for entry in args.draft.split(","):
+        head, _, at = entry.partition("@")
+        name, *pairs = head.split(":") if head.split(":")[0] in DRAFTS else [head]
+        params = {}
+        for pair in pairs:
+            param, _, value = pair.partition("=")
+            if name not in DRAFTS or param not in DRAFTS[name].params or not value:
+                known = ", ".join(DRAFTS[name].params) if name in DRAFTS else "none"
+                raise SystemExit(f"--draft {entry}: {name}'s own flags are {known}; write NAME:FLAG=VALUE, "
+                                 "e.g. layerskip:layerskip_layers=8")
+            default = DRAFTS[name].params[param]
+            try:
+                params[param] = (value.lower() in ("1", "true", "yes") if isinstance(default, bool) else
+                                 int_tuple(value) if isinstance(default, tuple) else type(default)(value))
+            except (ValueError, TypeError) as e:
+                raise SystemExit(f"--draft {entry}: {param} takes a {type(default).__name__} ({e})") from e
+        try:
+            ks = [parse_k(at)] if at else args.k
+        except Exception as e:
+            raise SystemExit(f"--draft {entry}: @K takes an int >= 1 or auto ({e})") from e
+        shown_name = entry if name in DRAFTS else os.path.basename(head).removesuffix(".pt") + (f"@{at}" if at else "")
+        for K in ks:
+            out.append((shown_name + (f"@{K}" if not at and len(args.k) > 1 else ""), name, params, K))
+    return out
+
+
+def copied(new, prompt, n=COPY_RUN):  # -> the share of new tokens that end a run of n tokens found in the prompt
+    """The n-grams of the prompt; new token j is copied when the n tokens ending at it (reaching back into the prompt
+    for the first ones) are one of them. [5, 6, 7, 8] after a prompt [1, 2, 5, 6, 7, 8, 9], n = 4 -> 1/4: only 8
+    ends the run 5 6 7 8."""
+    grams = {tuple(prompt[i:i + n]) for i in range(len(prompt) - n + 1)}
+    full = prompt + new
+    hits = [tuple(full[len(prompt) + j - n + 1:len(prompt) + j + 1]) in grams for j in range(len(new))]
+    return sum(hits) / len(hits) if hits else float("nan")
+
+
 def suite_report(args, target, tmeta):
-    """Spec-Bench's way (Xia et al. 2024, arXiv:2401.07851) at this project's scale: every draft on the same prompts
-    of five kinds of text, interleaved prompt by prompt in one process, plain sampling beside each. Per category,
-    setting and draft: plain and speculative tok/s, the speedup's mean and std over the repeats (each repeat's
-    ratio), tau = tokens per target call (vLLM's mean acceptance length, 1 + accepted / rounds), alpha, the
-    acceptance at draft positions 1..3, c, v, Theorem 3.8 with v; at T = 0 every output is checked token for token
-    against plain greedy. The repeat category also says how often the target itself repeats the quoted passage."""
+    """Every column (a draft at its K) on the same prompts, interleaved prompt by prompt in one process, plain
+    sampling beside each. Per category, setting and column: plain and speculative tok/s, the speedup's mean and
+    std (over the repeats, each repeat's ratio; with one repeat, over the category's prompts), tau = tokens per
+    target call (vLLM's mean acceptance length, 1 + accepted / rounds), alpha, the acceptance at draft positions
+    1..3, c, v, Theorem 3.8 with v (round by round: predicted_rounds), time to the first token; at T = 0 every output
+    is checked token for token against plain greedy. After the table: an overall row per column (the mean over the
+    categories, Spec-Bench's headline), each column's memory against plain's, what each draft wins, and how often
+    the target copies from its prompt (a chat model) or repeats the quoted passage (the shipped pair)."""
     tok = data.Tokenizer(tmeta["tokenizer"])
-    K = args.k[0]
-    names = args.draft.split(",")
-    made = {name: build_draft(args, name, target, tmeta) for name in names}
+    chat = tok.kind == "gguf"  # a chat model: benchmarks/chat_tasks.py's requests, each answer ends with its turn
+    cols = columns(args)
     mark = lossy(args.verify[0])  # every row, line and JSON entry of a lossy verifier's draft says so
-    label = {name: (name if name in DRAFTS else os.path.basename(name).removesuffix(".pt")) + mark for name in names}
-    for name, draft in made.items():
-        if beyond_max_k(draft, K):
-            raise SystemExit(f"--draft {name} proposes at most {draft.max_k} tokens per round: pass --k {draft.max_k}")
     dec = args.decoder[0]
     tgt = with_decoder(dec, target)[0]
-    made = {name: with_decoder(dec, None, d)[1] for name, d in made.items()}
-    tasks = suite_prompts(tok, args.prompts, args.prompt_len, target.config.block_size, args.corpus)
+    memory = Memory(args.device)
+    made, load_mb = {}, {}
+    for label, name, params, K in cols:
+        if (name, tuple(params.items())) not in made:
+            memory.start()
+            draft = build_draft(argparse.Namespace(**{**vars(args), **params}), name, target, tmeta)
+            made[name, tuple(params.items())] = with_decoder(dec, None, draft)[1]
+            load_mb[label] = memory.grown()
+        else:
+            load_mb[label] = 0.0
+        if beyond_max_k(made[name, tuple(params.items())], K):
+            draft = made[name, tuple(params.items())]
+            raise SystemExit(f"--draft {label} proposes at most {draft.max_k} tokens per round: pass --k {draft.max_k}")
+    labels = [label + mark for label, *_ in cols]
+    draft_of = {label + mark: made[name, tuple(params.items())] for label, name, params, _ in cols}
+    k_of = {label + mark: K for label, _, _, K in cols}
+    load_mb = {label + mark: mb for label, mb in load_mb.items()}
+    what = {cat: text for cat, (text, _) in TASKS.items()} if chat else SUITE
+    tasks = chat_suite_prompts(tok, args.prompts) if chat else suite_prompts(
+        tok, args.prompts, args.prompt_len, target.config.block_size, args.corpus)
     tasks = {cat: [(p.to(args.device), e) for p, e in prompts] for cat, prompts in tasks.items()}
+    stop = tok.stop or None
     gen = torch.Generator(device=args.device)
     verify = verify_params(args, args.verify[0])
-    cols = [None] + names  # None: plain sampling
-    for name in names:  # warm-up: caches, allocator, kernels
-        speculative_generate(tgt, made[name], tasks["plays"][0][0], 16, k=K, generator=gen.manual_seed(0), **verify)
-    autoregressive_generate(tgt, tasks["plays"][0][0], 16, generator=gen.manual_seed(0))
-    keys = [(cat, st, col) for cat in tasks for st in args.settings for col in cols]
-    tps = {key: [] for key in keys}
-    rounds, fwd, steps = ({key: [] for key in keys} for _ in range(3))
+    first = next(iter(tasks.values()))[0][0]
+    for label in labels:  # warm-up: caches, allocator, kernels
+        speculative_generate(tgt, draft_of[label], first, 16, k=k_of[label], generator=gen.manual_seed(0), **verify)
+    autoregressive_generate(tgt, first, 16, generator=gen.manual_seed(0))
+    keys = [(cat, st, col) for cat in tasks for st in args.settings for col in [None] + labels]
+    tps, per_prompt, rounds, fwd, wide, steps, ttft = ({key: [] for key in keys} for _ in range(7))
+    peak_mb = {col: 0.0 for col in [None] + labels}  # the most a call of the column grew the process's memory
     divergence = {}  # (category, setting, draft) -> where its first greedy output left plain greedy
-    copies = {st: [] for st in args.settings}  # (repeated characters, share equal) of plain's outputs
+    copies = {st: [] for st in args.settings}  # (repeated characters, share equal) of plain's outputs (repeat)
+    copy_share = {key: [] for key in keys if key[2] is None}  # a chat model: share of its answers' tokens copied
+    start, done, todo = time.perf_counter(), 0, args.repeats * len(tasks) * len(args.settings)  # progress, on stderr
     for rep in range(args.repeats):
         for cat, prompts in tasks.items():
             for st in args.settings:
-                sampling = SETTINGS[st]
-                seconds, tokens = {col: 0.0 for col in cols}, {col: 0 for col in cols}
+                sampling = dict(SETTINGS[st], stop=stop)
+                seconds, tokens = {col: 0.0 for col in [None] + labels}, {col: 0 for col in [None] + labels}
                 for i, (prompt, expected) in enumerate(prompts):
                     plain_out = None
-                    for col in cols:  # each prompt through plain sampling and every draft before the next prompt
-                        seed = 1000 * rep + i
+                    for col in [None] + labels:  # each prompt through plain sampling and every column before the next
+                        seed, shown_at = 1000 * rep + i, []
+                        stream = lambda new: shown_at or shown_at.append(time.perf_counter())  # the first token's time
+                        memory.start()
+                        tic = time.perf_counter()
                         if col is None:
-                            out, s = autoregressive_generate(tgt, prompt, args.max_new_tokens,
+                            out, s = autoregressive_generate(tgt, prompt, args.max_new_tokens, stream=stream,
                                                              generator=gen.manual_seed(seed), **sampling)
                             plain_out = out[0, prompt.size(1):].tolist()
                             if expected is not None and rep == 0:  # and, for chance, another prompt's passage
                                 other = prompts[(i + 1) % len(prompts)][1]
                                 copies[st].append((*follows(plain_out, expected), follows(plain_out, other)[1]))
+                            if chat and rep == 0:
+                                copy_share[cat, st, None].append(copied(plain_out, prompt[0].tolist()))
                         else:
-                            out, s = speculative_generate(tgt, made[col], prompt, args.max_new_tokens, k=K,
-                                                          generator=gen.manual_seed(seed), **sampling, **verify)
+                            out, s = speculative_generate(tgt, draft_of[col], prompt, args.max_new_tokens, k=k_of[col],
+                                                          stream=stream, generator=gen.manual_seed(seed), **sampling,
+                                                          **verify)
                             rounds[cat, st, col] += with_tests(s)
                             steps[cat, st, col].append(steady(s.draft_times))
+                            wide[cat, st, col] += wide_forwards(s)
                             new = out[0, prompt.size(1):].tolist()
                             if sampling["temperature"] == 0 and new != plain_out:
                                 divergence.setdefault((cat, st, col), f"prompt {i + 1}, new token {follows(new, plain_out)[0]}")
+                        peak_mb[col] = max(peak_mb[col], memory.peak())
+                        ttft[cat, st, col].append(shown_at[0] - tic)
                         seconds[col] += s.total_time
                         tokens[col] += s.new_tokens
+                        per_prompt[cat, st, col].append(s.new_tokens / s.total_time)
                         fwd[cat, st, col].append(steady(s.target_times))
-                for col in cols:
+                for col in [None] + labels:
                     tps[cat, st, col].append(tokens[col] / seconds[col])
+                done += 1
+                print(f"suite: {cat}, {st} done ({done}/{todo}, {time.perf_counter() - start:.0f} s)", file=sys.stderr)
     rows = []
     for cat, st, col in keys:
         if col is None:
             continue
         step = statistics.median(fwd[cat, st, None])
         ratios = [a / b for a, b in zip(tps[cat, st, col], tps[cat, st, None])]
+        spread = ratios if args.repeats > 1 else [a / b for a, b in zip(per_prompt[cat, st, col], per_prompt[cat, st, None])]
         r = rounds[cat, st, col]
         timed = [x for x in steps[cat, st, col] if x == x]  # nan: a run whose draft never stepped (suffix: no match)
-        alpha, c, v = alpha_from_rounds(r), (statistics.median(timed) / step if timed else float("nan")), \
-            statistics.median(fwd[cat, st, col]) / step
-        counts, theory = kept_histogram(r, K)
-        rows.append(dict(category=cat, setting=st, draft=label[col], K=K,
+        alpha, c = alpha_from_rounds(r), (statistics.median(timed) / step if timed else float("nan"))
+        v = statistics.median(wide[cat, st, col]) / step if wide[cat, st, col] else float("nan")
+        K = k_of[col]
+        counts, theory = kept_histogram(r, K) if isinstance(K, int) else (None, None)
+        rows.append(dict(category=cat, setting=st, draft=col, K=K,
                          plain_tps=statistics.mean(tps[cat, st, None]), spec_tps=statistics.mean(tps[cat, st, col]),
                          speedup=statistics.mean(ratios),
-                         speedup_std=statistics.stdev(ratios) if len(ratios) > 1 else float("nan"),
+                         speedup_std=statistics.stdev(spread) if len(spread) > 1 else float("nan"),
                          repeat_speedups=ratios, tau=sum(x[2] + 1 for x in r) / len(r), alpha=alpha,
-                         by_position=acceptance_by_position(r, 3), c=c, v=v,
-                         with_v=predicted(alpha, K, c, v), kept_histogram=counts, theory_histogram=theory,
+                         by_position=acceptance_by_position(r, 3), c=c, v=v, k_median=sorted(x[1] for x in r)[len(r) // 2],
+                         with_v=predicted_rounds(alpha, [x[1] for x in r], c, v), kept_histogram=counts,
+                         theory_histogram=theory, plain_ttft_ms=1e3 * statistics.median(ttft[cat, st, None]),
+                         ttft_ms=1e3 * statistics.median(ttft[cat, st, col]),
                          greedy_equal=None if SETTINGS[st]["temperature"] != 0 else (
                              "yes" if (cat, st, col) not in divergence else "no: first at " + divergence[cat, st, col])))
-    print(f"target {shown(args.target)} ({target.num_params() / 1e6:.2f}M); drafts {', '.join(label.values())}; "
-          f"K = {K}, {args.verify[0]}{mark}; {args.prompts} prompts per category x {args.max_new_tokens} new tokens, "
-          f"{args.repeats} repeats; device {args.device}; {machine()}")
-    for cat, what in SUITE.items():
-        print(f"  {cat}: {what}")
-    print("| category | setting | draft | plain tok/s | spec tok/s | speedup (mean +- std) | tau | alpha | "
-          "a1 a2 a3 | c | v | Thm 3.8 with v | greedy equal |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    overall = [dict(setting=st, draft=col, **{key: statistics.mean(r[key] for r in rows
+                                                                   if r["setting"] == st and r["draft"] == col)
+                                              for key in ("speedup", "tau", "alpha", "with_v", "plain_ttft_ms", "ttft_ms")})
+               for st in args.settings for col in labels]
+    ks = sorted({str(K) for K in k_of.values()})
+    print(f"target {shown(args.target)} ({runs_as({dec: (tgt, None)})}{target.num_params() / 1e6:.2f}M); "
+          f"drafts {', '.join(labels)}; K = {', '.join(ks)}, {args.verify[0]}{mark}; "
+          f"{sum(map(len, tasks.values())) // len(tasks)} prompts per category x {args.max_new_tokens} new tokens"
+          f"{' at most (each answer ends with its turn)' if stop else ''}, {args.repeats} repeat(s); "
+          f"device {args.device}; {machine()}")
+    for cat, text in what.items():
+        print(f"  {cat}: {text}")
+    spread = "over repeats" if args.repeats > 1 else "over its prompts"
+    print(f"| category | setting | draft | plain tok/s | spec tok/s | speedup (mean +- std {spread}) | tau | alpha | "
+          "a1 a2 a3 | c | v | Thm 3.8 with v | measured / Thm 3.8 | first token ms (plain) | greedy equal |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         a = " ".join(cell(x, ".2f") for x in r["by_position"])  # "-": no round tested a draft at that position
         print(f"| {r['category']} | {r['setting']} | {r['draft']} | {r['plain_tps']:.0f} | {r['spec_tps']:.0f} | "
-              f"{r['speedup']:.2f}x +- {r['speedup_std']:.2f} | {r['tau']:.2f} | {cell(r['alpha'], '.3f')} | {a} | "
-              f"{cell(r['c'], '.3f')} | {r['v']:.2f} | {cell(r['with_v'], '.2f', 'x')} | {r['greedy_equal'] or '-'} |")
+              f"{r['speedup']:.2f}x +- {cell(r['speedup_std'], '.2f')} | {r['tau']:.2f} | {cell(r['alpha'], '.3f')} | "
+              f"{a} | {cell(r['c'], '.3f')} | {cell(r['v'], '.2f')} | {cell(r['with_v'], '.2f', 'x')} | "
+              f"{cell(r['speedup'] / r['with_v'], '.0%')} | {r['ttft_ms']:.0f} ({r['plain_ttft_ms']:.0f}) | "
+              f"{r['greedy_equal'] or '-'} |")
+    print(f"overall: the mean over the {len(tasks)} categories (Spec-Bench's headline)")
+    print("| setting | draft | speedup | tau | alpha | Thm 3.8 with v | first token ms (plain) |")
+    print("|---|---|---|---|---|---|---|")
+    for r in overall:
+        print(f"| {r['setting']} | {r['draft']} | {r['speedup']:.2f}x | {r['tau']:.2f} | {cell(r['alpha'], '.3f')} | "
+              f"{cell(r['with_v'], '.2f', 'x')} | {r['ttft_ms']:.0f} ({r['plain_ttft_ms']:.0f}) |")
+    print(f"memory: resident, plain's peak {memory.base + peak_mb[None]:.0f} MB ({memory.how}); each column's "
+          "draft load, then its calls' peak growth beyond plain's: "
+          + ", ".join(f"{col} +{load_mb[col]:.0f} +{max(0.0, peak_mb[col] - peak_mb[None]):.0f} MB" for col in labels))
     for st in args.settings:
-        for name in label.values():
+        for name in labels:
             mine = {r["category"]: r for r in rows if r["setting"] == st and r["draft"] == name}
             best = {cat: max((r for r in rows if r["setting"] == st and r["category"] == cat),
                              key=lambda r: r["speedup"]) for cat in tasks}
@@ -199,7 +310,7 @@ def suite_report(args, target, tmeta):
             if mine[cat]["speedup"] < 1.0 and mine[cat]["c"] == mine[cat]["c"]:  # slower everywhere: why, from its best
                 r = mine[cat]
                 print(f"{st}, {name}: does not pay (best {r['speedup']:.2f}x, {cat}). "
-                      + why_it_does_not_pay(r["alpha"], r["c"], r["v"], r["speedup"], K))
+                      + why_it_does_not_pay(r["alpha"], r["c"], r["v"], r["speedup"], r["k_median"]))
     for st in args.settings:
         if copies[st]:
             firsts, shares, chance = zip(*copies[st])
@@ -207,17 +318,27 @@ def suite_report(args, target, tmeta):
                   f"passage for {statistics.median(firsts):.0f} characters (median; each prompt: "
                   f"{', '.join(map(str, firsts))}) and matches it at {statistics.mean(shares):.0%} of positions "
                   f"(another prompt's passage, by chance: {statistics.mean(chance):.0%})")
-    for name in label.values():
-        for st in args.settings:
-            pooled = [y for cat in tasks for col in names if label[col] == name for y in rounds[cat, st, col]]
+        if chat:
+            print(f"{st}: how much the target copies from its prompt (the share of its plain answers' tokens that end a "
+                  f"run of {COPY_RUN} tokens found in the prompt): "
+                  + ", ".join(f"{cat} {statistics.mean(copy_share[cat, st, None]):.0%}" for cat in tasks))
+    for name in labels:
+        K = k_of[name]
+        for st in args.settings if isinstance(K, int) else ():  # the histogram's law is per K
+            pooled = [y for cat in tasks for y in rounds[cat, st, name]]
             counts, a = kept_histogram(pooled, K)[0], alpha_from_rounds(pooled)
             total, theory = sum(counts), kept_law(a, K)
-            print(f"{st}, {name}: rounds that kept 0..{K} drafts, all categories: "
-                  + " ".join(f"{c / total:.2f}" for c in counts) + f"; Theorem 3.8 at alpha {a:.3f}: "
-                  + " ".join(f"{t:.2f}" for t in theory))
+            if total:
+                print(f"{st}, {name}: rounds that kept 0..{K} drafts, all categories: "
+                      + " ".join(f"{c / total:.2f}" for c in counts) + f"; Theorem 3.8 at alpha {a:.3f}: "
+                      + " ".join(f"{t:.2f}" for t in theory))
     if args.json:
         with open(args.json, "w") as fh:
-            json.dump(dict(target=shown(args.target), drafts=list(label.values()), K=K, machine=machine(),
-                           device=args.device, categories=SUITE, rows=rows,
-                           copies={st: [list(c) for c in copies[st]] for st in copies}), fh, indent=1)
+            json.dump(dict(target=shown(args.target), drafts=labels, K=ks if len(ks) > 1 else k_of[labels[0]],
+                           machine=machine(), device=args.device, categories=what, rows=rows, overall=overall,
+                           memory=dict(how=memory.how, plain_peak_mb=memory.base + peak_mb[None],
+                                       draft_load_mb=load_mb, plain_call_peak_mb=peak_mb[None],
+                                       call_peak_mb={col: mb for col, mb in peak_mb.items() if col}),
+                           copies={st: [list(c) for c in copies[st]] for st in copies},
+                           copied={f"{cat},{st}": v for (cat, st, _), v in copy_share.items() if v}), fh, indent=1)
     return rows

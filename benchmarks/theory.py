@@ -76,6 +76,17 @@ def predicted(alpha, K, c, v=1.0):
     return expected_tokens(alpha, K) / (K * c + v)
 
 
+def predicted_rounds(alpha, ks, c, v=1.0):
+    """Theorem 3.8 round by round, for rounds whose K differs (k="auto"; drafts/suffix.py drafts only what its match
+    allows): the tokens the rounds emit over what they cost, sum of (1 - a^(K+1)) / (1 - a) over sum of (K c + v),
+    a round of K = 0 being one plain step (1 token, cost 1). Rounds of one K: predicted(alpha, K, c, v).
+    alpha 0.8, ks [4, 0], c 0.1, v 1.2 -> (3.36 + 1) / (1.6 + 1) = 1.68."""
+    if not ks:
+        return float("nan")
+    made = sum(expected_tokens(alpha, K) if K else 1.0 for K in ks)
+    return made / sum(K * c + v if K else 1.0 for K in ks)
+
+
 def why_it_does_not_pay(alpha, c, v, measured=None, K=None, k_max=16):
     """-> what Theorem 3.8 allows with this alpha, c and v, and what a draft would need to pay. A draft pays at K
     when E[tokens] = (1 - a^(K+1)) / (1 - a) exceeds K c + v: so c must stay under (E[tokens] - v) / K for some K.

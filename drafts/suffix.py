@@ -242,16 +242,19 @@ class StackedDraft(torch.nn.Module):
 
 
 def corpus_ids(target, corpus):
-    """--suffix_corpus: "data" (the training text of the pair, data.py) or a UTF-8 file -> ids in the target's
-    tokenizer. A character outside it is a one-line error."""
+    """--suffix_corpus: "data" (the training text of the pair, data.py), "python" (Python's own documentation and
+    some of its standard library, data.python_text) or a UTF-8 file -> ids in the target's tokenizer. A character
+    outside it is a one-line error."""
     import data
     tok = data.Tokenizer(target.meta["tokenizer"]) if getattr(target, "meta", None) else None
     if tok is None:
         raise ValueError("--suffix_corpus needs a target checkpoint that carries its tokenizer")
     try:
-        text = data.texts()[0] if corpus == "data" else open(corpus, encoding="utf-8").read()
+        text = (data.texts()[0] if corpus == "data" else "".join(data.texts("python")[:2]) if corpus == "python" else
+                open(corpus, encoding="utf-8").read())
     except FileNotFoundError:
-        raise ValueError(f"--suffix_corpus {corpus}: no such file (give a UTF-8 text file, or 'data' for the training text)")
+        raise ValueError(f"--suffix_corpus {corpus}: no such file (give a UTF-8 text file, 'data' for the training "
+                         "text or 'python' for Python's documentation and standard library)")
     try:
         return tok.encode(text)
     except (KeyError, ValueError) as e:
@@ -288,5 +291,6 @@ speculative.DRAFTS["suffix"] = Drafter(
     check=check_suffix, doc="suffix decoding, no model: the longest earlier match's most frequent continuation; lossless",
     help=dict(suffix_min_match="with --draft suffix: the shortest match that proposes anything",
               suffix_min_prob="with --draft suffix: the least estimated probability of the proposed path",
-              suffix_corpus="with --draft suffix: also match in this text ('data': the training text), as REST",
+              suffix_corpus="with --draft suffix: also match in this text ('data': the training text; 'python': Python's own "
+                            "documentation and standard library), as REST",
               suffix_over="with --draft suffix: a model draft's checkpoint that drafts wherever the suffix has no path"))

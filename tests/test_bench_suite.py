@@ -110,8 +110,73 @@ def test_the_suite_prompts_are_what_their_categories_say():
     assert all(len(ps) == 3 for ps in tasks.values())
 
 
-@pytest.mark.parametrize("k", ["auto", "2,4"])
-def test_the_suite_asks_for_one_int_k(k, capsys):
-    with pytest.raises(SystemExit):
-        bench.main(["--suite", "--k", k])
-    assert "--suite compares drafts at one int K" in capsys.readouterr().err
+def test_the_suite_runs_each_draft_at_each_k_and_draws_the_histogram_at_an_int_k_only(capsys):
+    rows = bench.main(["--suite", "--prompts", "1", "--repeats", "1", "--max_new_tokens", "12", "--settings", "t0",
+                       "--draft", "ngram", "--k", "2,auto"])
+    out = capsys.readouterr().out
+    assert {(r["draft"], r["K"]) for r in rows} == {("ngram@2", 2), ("ngram@auto", "auto")}
+    assert "t0, ngram@2: rounds that kept 0..2 drafts" in out and "ngram@auto: rounds that kept" not in out
+    assert all(r["greedy_equal"] == "yes" for r in rows)
+
+
+# ---- the pieces of the real model's suite (benchmarks/suite.py, chat_tasks.py, common.py, theory.py) ----------
+
+def test_suite_columns_take_a_drafts_own_flags_and_its_k():
+    from benchmarks.suite import columns
+    args = bench.get_args(["--suite", "--k", "4", "--draft", "ngram@2,suffix:suffix_min_match=3:suffix_corpus=python@auto,"
+                                                               "checkpoints/draft.pt,layerskip:layerskip_layers=1"])
+    assert columns(args) == [("ngram@2", "ngram", {}, 2),
+                             ("suffix:suffix_min_match=3:suffix_corpus=python@auto", "suffix",
+                              dict(suffix_min_match=3, suffix_corpus="python"), "auto"),
+                             ("draft", "checkpoints/draft.pt", {}, 4),
+                             ("layerskip:layerskip_layers=1", "layerskip", dict(layerskip_layers=1), 4)]
+    two = columns(bench.get_args(["--suite", "--k", "2,auto", "--draft", "ngram"]))
+    assert [label for label, *_ in two] == ["ngram@2", "ngram@auto"]  # several K: the label says which
+    for bad in ("ngram:n=3", "suffix:suffix_min_match=three", "ngram@0"):
+        with pytest.raises(SystemExit):
+            columns(bench.get_args(["--suite", "--draft", bad]))
+
+
+def test_copied_counts_the_new_tokens_that_end_a_run_found_in_the_prompt():
+    from benchmarks.suite import copied
+    assert copied([5, 6, 7, 8], [1, 2, 5, 6, 7, 8, 9]) == 1 / 4  # only 8 ends the run 5 6 7 8 (new tokens alone)
+    assert copied([4, 5], [1, 2, 3, 4, 5, 0, 1, 2, 3]) == 1.0  # runs reach back into the prompt's end: 1 2 3 | 4
+    assert copied([3, 3, 3], [1, 2, 5, 6]) == 0.0 and copied([], [1, 2]) != copied([], [1, 2])  # nan: no answer
+
+
+def test_theorem_3_8_round_by_round_is_the_theorem_for_one_k_and_counts_a_plain_step_as_one():
+    assert theory.predicted_rounds(0.8, [4, 4, 4], 0.1, 1.2) == pytest.approx(theory.predicted(0.8, 4, 0.1, 1.2))
+    assert theory.predicted_rounds(0.8, [4, 0], 0.1, 1.2) == pytest.approx((3.3616 + 1) / (1.6 + 1))
+    assert theory.predicted_rounds(float("nan"), [0, 0], float("nan"), 1.5) == 1.0  # no draft tested: plain steps
+
+
+def test_v_is_read_from_the_forwards_that_scored_drafts():
+    from benchmarks.common import wide_forwards
+    stats = speculative.Stats(rounds=[(10, 4, 2), (13, 0, 0), (14, 4, 4)], target_times=[0.5, 0.01, 0.03])
+    assert wide_forwards(stats) == [0.03]  # the prompt's forward and the plain step (K = 0) are left out
+    stats.target_times.append(0.02)  # a forward more than rounds (a window's slide): every one after the first
+    assert wide_forwards(stats) == [0.01, 0.03, 0.02]
+
+
+def test_memory_sees_a_tensor_allocated_between_start_and_peak():
+    from benchmarks.common import Memory
+    memory = Memory("cpu")
+    if memory.base != memory.base:
+        pytest.skip("no /proc/self/status on this system: memory is not measured")
+    memory.start()
+    x = torch.ones(64 * 2 ** 20 // 4)  # 64 MB, touched
+    assert memory.peak() > 48 and memory.grown() > 48
+    del x
+    assert memory.peak() > 48  # the peak stays after the tensor is freed
+
+
+def test_the_chat_tasks_are_seven_kinds_of_five_requests_ending_with_the_users_turn():
+    import ast
+    from benchmarks.chat_tasks import TASKS
+    assert list(TASKS) == ["summary", "rag", "code", "chat", "math", "translation", "qa"]
+    for cat, (what, convs) in TASKS.items():
+        assert len(convs) == 5 and what, cat
+        assert all(conv[-1]["role"] == "user" and all(set(m) == {"role", "content"} for m in conv) for conv in convs)
+    assert all([m["role"] for m in conv] == ["user", "assistant", "user"] for conv in TASKS["chat"][1])
+    for conv in TASKS["code"][1]:  # the code to fix or extend parses
+        ast.parse(conv[-1]["content"].split("```python")[1].split("```")[0])

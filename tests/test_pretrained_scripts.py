@@ -124,10 +124,31 @@ def test_bench_sweeps_k_on_the_chat_prompts_and_prints_the_readme_row(scripts_lo
     assert f"README row (t0, commit " in out and f", {ABOUT}): |" in out
 
 
-def test_bench_suite_is_refused_for_a_chat_model(capsys):
-    with pytest.raises(SystemExit):
-        bench.get_args(["--target", "smollm2", "--suite"])
-    assert "--suite's texts are the shipped pair's Shakespeare" in capsys.readouterr().err
+def test_the_suite_runs_on_the_chat_model_by_category_and_greedy_equals_plain(scripts_load, capsys, tmp_path):
+    import json
+    from benchmarks.chat_tasks import TASKS
+    rows = bench.main(["--target", "smollm2", "--suite", "--draft", "ngram@2,suffix@auto", "--settings", "t0",
+                       "--prompts", "1", "--max_new_tokens", "6", "--json", str(tmp_path / "suite.json")])
+    out = capsys.readouterr().out
+    assert [(r["category"], r["draft"]) for r in rows] == [(cat, d) for cat in TASKS for d in ("ngram@2", "suffix@auto")]
+    assert all(r["greedy_equal"] == "yes" for r in rows), [r["greedy_equal"] for r in rows]
+    assert f"target smollm2 ({ABOUT}, 134.52M); drafts ngram@2, suffix@auto; K = 2, auto" in out
+    assert "1 prompts per category x 6 new tokens at most (each answer ends with its turn), 1 repeat(s)" in out
+    assert "| overall | t0 |" not in out and "| t0 | ngram@2 |" in out  # the overall table: one row per draft
+    assert "t0: how much the target copies from its prompt" in out and "memory: resident, plain's peak" in out
+    saved = json.loads((tmp_path / "suite.json").read_text())
+    assert len(saved["overall"]) == 2 and set(saved["categories"]) == set(TASKS)
+    assert all(r["ttft_ms"] > 0 and r["plain_ttft_ms"] > 0 for r in rows)
+
+
+def test_the_chat_suite_takes_transformers_prompt_lookup_beside_ours(scripts_load, capsys):
+    pytest.importorskip("transformers", reason="transformers is not installed: pip install -r requirements-hf.txt")
+    _, hf_rows = bench.main(["--target", "smollm2", "--suite", "--hf", "--draft", "ngram@2", "--settings", "t0",
+                             "--prompts", "1", "--max_new_tokens", "6"])
+    out = capsys.readouterr().out
+    assert "HF lookup = generate(prompt_lookup_num_tokens=4)" in out and len(hf_rows) == 7
+    assert all(all(r["greedy_equal"].values()) for r in hf_rows), [r["greedy_equal"] for r in hf_rows]
+    assert "| overall (mean) | t0 |" in out
 
 
 # ---- without the package: a tiny random Llama with a toy tokenizer, as a GGUF file ----------------------------
