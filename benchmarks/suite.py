@@ -88,7 +88,7 @@ def follows(new, expected):  # -> (characters the output repeats before it first
     return first, sum(same) / len(same) if same else float("nan")
 
 
-CHAT_DRAFTS = "ngram@4,ngram@auto,suffix@auto,suffix:suffix_corpus=python@auto"  # the lookups, and the suffix with a corpus
+CHAT_DRAFTS = "ngram@auto,suffix@auto,suffix:suffix_corpus=python@auto"  # the lookups, K chosen each round
 COPY_RUN = 4  # a new token counts as copied when it ends a run of this many tokens that also occurs in the prompt
 
 
@@ -299,9 +299,9 @@ def suite_report(args, target, tmeta):
                     others = [r["speedup"] for r in rows if r["setting"] == st and r["category"] == cat
                               and r["draft"] != name]
                     return mine[cat]["speedup"] / max(others) - 1 if others else float("nan")
-                cat = max(won, key=margin)
+                cat = max(won, key=lambda c: mine[c]["speedup"] if len(labels) == 1 else margin(c))
                 say = (f"wins {', '.join(won)}; by most in {cat}: {mine[cat]['speedup']:.2f}x, "
-                       f"{margin(cat):+.0%} over the next draft")
+                       + (f"{margin(cat):+.0%} over the next draft" if len(labels) > 1 else "the only draft"))
             else:
                 cat = max(mine, key=lambda c: mine[c]["speedup"])
                 say = (f"wins no category; its best is {cat}: {mine[cat]['speedup']:.2f}x "
