@@ -94,8 +94,8 @@ def test_every_relative_link_resolves(path):
     assert broken_links(path) == []
 
 
-def test_the_readme_is_at_most_240_lines():  # nanoGPT: 234; the real LLM has a section of its own
-    assert read("README.md").count("\n") <= 240
+def test_the_readme_is_at_most_250_lines():  # nanoGPT: 234; the real LLM has a section and a suite table of its own
+    assert read("README.md").count("\n") <= 250
 
 
 def test_the_checks_can_fail():
