@@ -46,13 +46,15 @@ import os
 import torch
 
 from benchmarks.batch import batch_bench
-from benchmarks.common import CHAT_PROMPTS, SETTINGS, machine  # noqa: F401  (also bench.X for scripts and tests)
+import data  # noqa: F401  (scripts/speed_vs.py reads data, load, with_decoder, held_out_prompts and machine off bench,
+#                          in every commit it compares with)
+from benchmarks.common import CHAT_PROMPTS, SETTINGS, held_out_prompts, machine  # noqa: F401
 from benchmarks.hf import suite_against_hf
 from benchmarks.suite import CHAT_DRAFTS, suite_report
 from benchmarks.sweep import run as sweep
 from benchmarks.trees import tree_report, tree_shape
 from engine.cpu import add_threads_argument, use_threads
-from engine.fast import DECODERS
+from engine.fast import DECODERS, with_decoder  # noqa: F401
 from engine.hf import GPT2_NAMES  # pretrained GPT-2 through transformers (optional; imported only when used)
 from model import SHIPPED
 from sample import (HELP, add_plugin_argument, add_registry_arguments, check_draft_arguments, check_verify_arguments,
