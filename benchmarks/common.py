@@ -41,9 +41,12 @@ def bench_prompts(args, tok, n):  # -> n prompts (1, T): held-out text, or a cha
 def chat_prompts(tok, n, requests=CHAT_PROMPTS):
     """n of the requests (cycled past the last), each a user's turn in the chat template, ending where the model's
     turn begins: 'Explain in a few sentences why the sky is blue.' -> <|im_start|>system ... <|im_start|>assistant"""
-    turns = [[{"role": "user", "content": requests[i % len(requests)]}] for i in range(n)]
+    return chat_ids(tok, [[{"role": "user", "content": requests[i % len(requests)]}] for i in range(n)])
+
+
+def chat_ids(tok, conversations):  # [[{"role", "content"}, ...], ...] -> [(1, T)]: each in the chat template
     try:
-        return [torch.tensor([tok.gguf.chat(turn)], dtype=torch.long) for turn in turns]  # (1, T) each
+        return [torch.tensor([tok.gguf.chat(turns)], dtype=torch.long) for turns in conversations]
     except ValueError as e:  # a GGUF file whose chat template is not SmolLM2's
         raise SystemExit(f"the chat prompts: {e}") from e
 

@@ -18,8 +18,8 @@ import time
 import torch
 
 from benchmarks.chat_tasks import TASKS
-from benchmarks.common import (SETTINGS, Memory, beyond_max_k, build_draft, cell, held_out_prompts, lossy, machine,
-                               runs_as, steady, wide_forwards)
+from benchmarks.common import (SETTINGS, Memory, beyond_max_k, build_draft, cell, chat_ids, held_out_prompts, lossy,
+                               machine, runs_as, steady, wide_forwards)
 from benchmarks.theory import (acceptance_by_position, alpha_from_rounds, kept_histogram, kept_law, predicted_rounds,
                                why_it_does_not_pay, with_tests)
 import data
@@ -95,8 +95,7 @@ COPY_RUN = 4  # a new token counts as copied when it ends a run of this many tok
 def chat_suite_prompts(tok, n=None):
     """-> {category: [(prompt (1, T), None)]}: the first n (None: all) of each category's conversations in
     benchmarks/chat_tasks.py, in the model's chat template, each ending where the model's turn begins."""
-    return {cat: [(torch.tensor([tok.gguf.chat(turns)], dtype=torch.long), None) for turns in convs[:n]]
-            for cat, (_, convs) in TASKS.items()}
+    return {cat: [(ids, None) for ids in chat_ids(tok, convs[:n])] for cat, (_, convs) in TASKS.items()}
 
 
 def columns(args):
@@ -123,7 +122,7 @@ def columns(args):
                 raise SystemExit(f"--draft {entry}: {param} takes a {type(default).__name__} ({e})") from e
         try:
             ks = [parse_k(at)] if at else args.k
-        except Exception as e:
+        except argparse.ArgumentTypeError as e:
             raise SystemExit(f"--draft {entry}: @K takes an int >= 1 or auto ({e})") from e
         shown_name = entry if name in DRAFTS else os.path.basename(head).removesuffix(".pt") + (f"@{at}" if at else "")
         for K in ks:
@@ -157,22 +156,20 @@ def suite_report(args, target, tmeta):
     dec = args.decoder[0]
     tgt = with_decoder(dec, target)[0]
     memory = Memory(args.device)
-    made, load_mb = {}, {}
+    made, draft_of, k_of, load_mb = {}, {}, {}, {}  # made: one draft per (name, parameters), shared by its Ks
     for label, name, params, K in cols:
-        if (name, tuple(params.items())) not in made:
+        entry, label, key = label, label + mark, (name, tuple(params.items()))
+        load_mb[label] = 0.0
+        if key not in made:
             memory.start()
             draft = build_draft(argparse.Namespace(**{**vars(args), **params}), name, target, tmeta)
-            made[name, tuple(params.items())] = with_decoder(dec, None, draft)[1]
+            made[key] = with_decoder(dec, None, draft)[1]
             load_mb[label] = memory.grown()
-        else:
-            load_mb[label] = 0.0
-        if beyond_max_k(made[name, tuple(params.items())], K):
-            draft = made[name, tuple(params.items())]
-            raise SystemExit(f"--draft {label} proposes at most {draft.max_k} tokens per round: pass --k {draft.max_k}")
-    labels = [label + mark for label, *_ in cols]
-    draft_of = {label + mark: made[name, tuple(params.items())] for label, name, params, _ in cols}
-    k_of = {label + mark: K for label, _, _, K in cols}
-    load_mb = {label + mark: mb for label, mb in load_mb.items()}
+        draft_of[label], k_of[label] = made[key], K
+        if beyond_max_k(made[key], K):
+            raise SystemExit(f"--draft {entry} proposes at most {made[key].max_k} tokens per round: "
+                             f"pass --k {made[key].max_k}")
+    labels = list(draft_of)
     what = {cat: text for cat, (text, _) in TASKS.items()} if chat else SUITE
     tasks = chat_suite_prompts(tok, args.prompts) if chat else suite_prompts(
         tok, args.prompts, args.prompt_len, target.config.block_size, args.corpus)
