@@ -131,11 +131,12 @@ def get_args(argv=None):
     if chat_suite and args.draft is None:
         args.draft = CHAT_DRAFTS
     if args.suite and args.draft is None:  # every named draft beside the shipped one, where its weights are here
-        missing = [name for name in sorted(DRAFTS) if DRAFTS[name].weights and not os.path.exists(DRAFTS[name].weights)]
+        named = [name for name in sorted(DRAFTS) if not DRAFTS[name].pretrained_only]
+        missing = [name for name in named if DRAFTS[name].weights and not os.path.exists(DRAFTS[name].weights)]
         if missing:
             print(f"--suite leaves out {', '.join(missing)}: no trained weights here "
                   f"({', '.join(os.path.relpath(DRAFTS[name].weights) for name in missing)}; train_draft.py trains them)")
-        args.draft = ",".join([SHIPPED["draft"], *[name for name in sorted(DRAFTS) if name not in missing]])
+        args.draft = ",".join([SHIPPED["draft"], *[name for name in named if name not in missing]])
     if args.suite and (args.batch or args.tree_shapes or args.profile or args.init_from or (args.hf and not chat_suite)):
         ap.error("--suite times single sequences of the shipped kind of pair or of a GGUF chat model: drop --batch, "
                  "--tree_shapes, --profile and --init_from (and --hf, which the suite takes with --target smollm2)")

@@ -237,3 +237,42 @@ def prepare(corpus="shakespeare", tokenizer="char", encoding=None, data_dir=DATA
         meta = json.load(fh)
     load = lambda split: np.memmap(os.path.join(out, f"{split}.bin"), dtype=np.uint16, mode="r")
     return load("train"), load("val"), Tokenizer(meta["tokenizer"]), meta["corpus"]
+
+
+# ---- requests for a chat model to answer: its own answers are a draft's training data (train_draft.py) ---------
+
+TOPICS = ("bees", "volcanoes", "the moon", "bread baking", "bicycles", "rainforests", "chess", "tea", "glaciers",
+          "the printing press", "octopuses", "solar panels", "lighthouses", "jazz", "composting", "coral reefs",
+          "the Roman roads", "paper airplanes", "thunderstorms", "libraries", "sourdough", "electric cars",
+          "the human heart", "owls", "recycling plastic", "mountain hiking", "the piano", "deserts", "vaccines",
+          "public transport", "honey", "origami", "the stock market", "sleep", "windmills", "coffee", "penguins",
+          "the internet", "gardening in small spaces", "learning a language")
+REQUESTS = ("Explain {t} to a ten-year-old.", "Write a short poem about {t}.", "Give me three tips related to {t}.",
+            "What are the pros and cons of {t}?", "Write a short story in which {t} play a part.",
+            "Describe {t} in one paragraph.", "What is a common misconception about {t}?",
+            "Write a friendly email inviting a friend to learn about {t} with me.",
+            "List five interesting facts about {t}.", "How would you teach a beginner about {t}? Give steps.",
+            "Write a haiku and then a limerick about {t}.", "What questions should I ask an expert on {t}?",
+            "Compare {t} with something from everyday life.", "Why do people care about {t}?",
+            "Write a short dialogue between two friends talking about {t}.")
+WORD_PROBLEMS = ("A shop sells pencils at {a} cents each. How much do {b} pencils cost? Show your steps.",
+                 "A train travels {a} km in {b} hours. What is its average speed? Explain.",
+                 "I have {a} marbles and give away {b}. Then I double what is left. How many do I have?",
+                 "What is {a} times {b}, and how can I check the answer?",
+                 "A recipe needs {b} eggs for {a} cookies. How many eggs for {c} cookies?",
+                 "Write a Python function that returns the sum of the numbers from 1 to n, and use it for n = {a}.")
+
+
+def chat_requests(n, seed=0):
+    """-> n user requests written for training a draft on a chat model's own answers: TOPICS x REQUESTS, and word
+    problems with numbers drawn from `seed`, shuffled. None of them is a request of the task suite
+    (benchmarks/chat_tasks.py): a draft trained on its answers is measured on requests it never saw."""
+    import random
+    rng = random.Random(seed)
+    pool = [r.format(t=t) for t in TOPICS for r in REQUESTS]
+    pool += [w.format(a=rng.randint(3, 97), b=rng.randint(2, 12), c=rng.randint(20, 200))
+             for _ in range(len(pool) // (2 * len(WORD_PROBLEMS))) for w in WORD_PROBLEMS]
+    rng.shuffle(pool)
+    if n > len(pool):
+        raise ValueError(f"chat_requests has {len(pool)} requests, not {n}")
+    return pool[:n]

@@ -291,8 +291,9 @@ def check_draft_arguments(ap, args, names):
 
 
 def make_draft(args, name, target):  # -> speculative.DRAFTS[name] built for this target, with the flags' parameters
-    if DRAFTS[name].weights and not isinstance(target, GPT):  # the shipped heads are trained on the shipped target
-        raise SystemExit(trained_for_gpt(f"{name} ({shown(DRAFTS[name].weights)})", target))
+    weights = DRAFTS[name].trained_for(target)  # the shipped heads: checkpoints/KIND.pt, checkpoints/smollm2/KIND.pt
+    if weights and not os.path.exists(weights):
+        raise SystemExit(not_trained_for(name, weights, target))
     try:
         draft = DRAFTS[name].make(target, **given(args, DRAFTS[name]))
     except (ValueError, FileNotFoundError) as e:  # e.g. a head trained for another target
@@ -313,11 +314,19 @@ def make_draft(args, name, target):  # -> speculative.DRAFTS[name] built for thi
     return draft
 
 
-def trained_for_gpt(draft, target):  # -> the one-line refusal of a trained draft (a head) for a target not model.GPT
+def not_trained_for(name, weights, target):  # -> the one-line refusal of a draft with no weights for this target
+    from train_draft import PRETRAINED_HEADS  # the drafts it trains for a pretrained target
     free = ", ".join(name for name, entry in sorted(DRAFTS.items()) if not entry.weights)
-    return (f"--draft {draft} is trained for a model.GPT target (it reads its features or its tokens), not for "
-            f"{getattr(target, 'about', type(target).__name__)}: use --draft {free} (built from the target or its "
-            "text), or none")
+    if not hasattr(target, "name") and DRAFTS[name].pretrained_only:
+        how = "it is trained for a pretrained target (--target smollm2); this pair's own small draft is its draft.pt"
+    elif not hasattr(target, "name"):
+        how = f"train them with `python train_draft.py --head {name} --target TARGET.pt` (docs/training.md)"
+    elif name in PRETRAINED_HEADS:
+        how = f"train them with `python train_draft.py --target {target.name} --head {name}` (docs/training.md)"
+    else:
+        how = f"train_draft.py trains {', '.join(PRETRAINED_HEADS)} for it (docs/training.md)"
+    return (f"--draft {name} has no weights trained for {getattr(target, 'about', type(target).__name__)} here "
+            f"({shown(weights)}): {how}, or use --draft {free} (built from the target or its text)")
 
 
 def parse_k(text):
@@ -343,8 +352,6 @@ def draft_from_path(path, target, tmeta, device, decoder):
     """--draft PATH: a head's checkpoint (train_draft.py --head writes them) reads this target; a model's checkpoint
     is a draft of its own, on another tokenizer through drafts/cross_vocab.py where the target's differs."""
     if heads.is_head(path):
-        if not isinstance(target, GPT):
-            raise SystemExit(trained_for_gpt(path, target))
         try:
             return heads.load(path, target)
         except ValueError as e:

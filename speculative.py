@@ -361,9 +361,14 @@ class Drafter:
     help: dict = field(default_factory=dict)  # parameter name -> one line for its flag's --help
     untrained: callable = None  # untrained(target) -> a draft with seeded random weights; None: make, as it has none
     weights: str = ""  # the checkpoint make() loads by default, if any: bench.py --suite leaves the draft out without it
+    weights_for: callable = None  # weights_for(target) -> the checkpoint make() loads for that target (default: weights)
+    pretrained_only: bool = False  # shipped for pretrained targets only (drafts/small.py): the Shakespeare suite skips it
+
+    def trained_for(self, target):  # -> the path of the weights make(target) loads ("" for a draft without weights)
+        return self.weights_for(target) if self.weights_for else self.weights
 
     def fresh(self, target):
-        """-> an untrained draft of this kind for any model.GPT target: the door tests and forks use. Weights, where
+        """-> an untrained draft of this kind for any model.GPT or Llama target: the door tests and forks use. Weights, where
         it has them, are random but seeded (the same every call), and torch's global random state is left as it was."""
         if self.untrained is None:
             return self.make(target, **self.params)

@@ -84,6 +84,16 @@ HEADS = {  # --head: the recipes of the shipped heads (checkpoints/eagle.pt, che
     "medusa": dict(n_heads=4, batch_size=16, max_iters=2000, lr=1e-3, min_lr=1e-4, warmup_iters=50, eval_interval=500,
                    head_pool=2048),
 }
+PRETRAINED_HEADS = {  # --target smollm2 --head KIND: the recipes of checkpoints/smollm2/KIND.pt (docs/training.md)
+    "eagle3": dict(n_layer=1, draft_vocab=8192, unroll=3, batch_size=8, block_size=128, max_iters=2000, lr=1e-3,
+                   min_lr=1e-4, warmup_iters=100, eval_interval=250),
+    "eagle": dict(n_layer=1, draft_vocab=8192, batch_size=8, block_size=128, max_iters=2000, lr=1e-3, min_lr=1e-4,
+                  warmup_iters=100, eval_interval=250),
+    "small": dict(n_layer=2, draft_vocab=8192, batch_size=8, block_size=128, max_iters=2000, lr=3e-4, min_lr=3e-5,
+                  warmup_iters=100, eval_interval=250),  # its blocks start as the target's first two: a gentler lr
+}
+DISTILL_DATA = dict(answers=576, answer_tokens=192, text_tokens=65536)  # what the drafts of a pretrained target
+#   learn from: the target's own answers at T = 1 to data.chat_requests, and windows of the plays and Python's text
 DEFAULTS = dict(n_layer=4, n_head=4, n_embd=128, block_size=128, dropout=0.0, batch_size=16, max_iters=1000,
                 lr=1e-3, min_lr=1e-4, warmup_iters=50, eval_interval=250, patience=0)  # patience 0: no early stop
 
@@ -103,8 +113,15 @@ def get_args(argv=None):
                       ("batch_size", int), ("max_iters", int), ("lr", float), ("min_lr", float),
                       ("warmup_iters", int), ("eval_interval", int), ("patience", int)]:
         ap.add_argument(f"--{name}", type=typ, default=None, help=f"override the preset's {name}")
-    ap.add_argument("--head", choices=sorted(HEADS), default=None,
-                    help="train a draft that reads the target (drafts/) on --target's features, the target frozen")
+    ap.add_argument("--head", choices=sorted(set(HEADS) | set(PRETRAINED_HEADS)), default=None,
+                    help="train a draft that reads the target (drafts/) on --target's features, the target frozen; "
+                         "small: a small model of a pretrained target's kind (--target smollm2)")
+    ap.add_argument("--draft_vocab", type=int, default=None,
+                    help="with --target smollm2: the tokens the draft proposes (the most frequent of the target's answers)")
+    for name, value in DISTILL_DATA.items():
+        ap.add_argument(f"--{name}", type=int, default=None, help=f"with --target smollm2: {name} (default {value})")
+    ap.add_argument("--autocast", choices=["bf16", "none"], default="bf16",
+                    help="with --target smollm2: the head's matmuls in bfloat16 on the CPU (AMX), weights float32")
     ap.add_argument("--parallel", type=int, default=None,
                     help="train a parallel draft (PARD) proposing this many tokens per forward, from --init's draft")
     ap.add_argument("--anchors", type=int, default=None, help="with --parallel: mask blocks per training window")
@@ -147,6 +164,17 @@ def get_args(argv=None):
             ap.error(f"--out_dir {args.out_dir} would overwrite the shipped parallel.pt: train into a folder of your "
                      f"own (the default, runs/{args.preset}/), or add --overwrite_shipped to replace it")
         return args
+    if args.head and is_pretrained(args.target):
+        name = os.path.basename(args.target).removesuffix(".gguf").lower()
+        args.out_dir = args.out_dir or os.path.join("runs", name)
+        if args.head not in PRETRAINED_HEADS:
+            ap.error(f"--head {args.head} is not trained for a pretrained target here: use {', '.join(PRETRAINED_HEADS)}")
+        if os.path.abspath(args.out_dir) == os.path.join(heads.ROOT, "checkpoints", name) and not args.overwrite_shipped:
+            ap.error(f"--out_dir {args.out_dir} would overwrite the shipped drafts of {name}: train into a folder of "
+                     f"your own (the default, runs/{name}/), or add --overwrite_shipped to replace them")
+        return args
+    if args.head == "small":
+        ap.error("--head small is a draft for a pretrained target: add --target smollm2 (or a .gguf file)")
     if args.head:
         args.out_dir = args.out_dir or os.path.join("runs", "heads")
         path = os.path.join(args.out_dir, f"{args.head}.pt")
@@ -357,7 +385,7 @@ def train_head(args, splits, tok, corpus_desc):
     h = dict(HEADS[args.head])
     h.update({k: getattr(args, k) for k in h if getattr(args, k, None) is not None})
     torch.manual_seed(args.seed)
-    cls, arg = heads.KINDS[args.head]  # EagleDraft and n_layer, or MedusaDraft and n_heads
+    cls, arg = heads.KINDS[args.head][0], heads.KINDS[args.head][1][0]  # EagleDraft and n_layer, or MedusaDraft and n_heads
     head = cls(target, **{arg: h[arg]})
     if args.init:  # a trained head whose parts this one shares (eagle3 from eagle: the blocks, the fc)
         try:
@@ -380,7 +408,7 @@ def train_head(args, splits, tok, corpus_desc):
     def loss_fn(x, f):
         f = f.float()
         unroll = {"steps": h["unroll"]} if "unroll" in h else {}
-        return head.loss(x, f, head.target_head(head.final(f)), **unroll)  # the target's logits, from its features
+        return head.loss(x, f, head.target_probs(f), **unroll)  # the target's p, from its features
 
     @torch.no_grad()
     def evaluate():  # -> the validation alpha estimate per draft position
@@ -409,12 +437,14 @@ def train_head(args, splits, tok, corpus_desc):
     return path
 
 
-def run_steps(module, optimizer, h, grad_clip, desc, batch_loss, at_eval):
-    """h's schedule (max_iters, eval_interval, lr, ...) of steps on batch_loss(); at every eval_interval and at the
-    end, at_eval(iterations done, seconds of training) evaluates, saves and returns the line to print."""
+def run_steps(module, optimizer, h, grad_clip, desc, batch_loss, at_eval, start=0):
+    """h's schedule (max_iters, eval_interval, lr, ...) of steps on batch_loss(), from iteration start; at every
+    eval_interval and at the end, at_eval(iterations done, seconds of training in this call) evaluates, saves and
+    returns the line to print."""
     from tqdm import tqdm
     elapsed, t_last = 0.0, time.time()
-    bar = tqdm(range(h["max_iters"]), desc=desc, mininterval=5, dynamic_ncols=True)
+    bar = tqdm(range(start, h["max_iters"]), desc=desc, mininterval=5, dynamic_ncols=True, initial=start,
+               total=h["max_iters"])
     for it in bar:
         loss = batch_loss()
         step(optimizer, loss, lr_at(it, h), module.parameters(), grad_clip)
@@ -481,9 +511,205 @@ def train_parallel(args, splits, tok, corpus_desc):
     return path
 
 
+# ---- a draft for a pretrained target (--target smollm2): its own answers, its features on disk -----------------
+
+def is_pretrained(target):  # -> does --target name a GGUF file (pretrained/), not a checkpoint of model.GPT?
+    import pretrained
+    return bool(target) and (target in pretrained.NAMES or target.lower().endswith(".gguf"))
+
+
+def target_answers(target, tok, n, max_new, path, seed, batch=32):  # -> [ids of a request and its answer] * n
+    """The target's own answers, sampled at T = 1, to data.chat_requests(n) in its chat template, batch rows at a
+    time (engine/batched.py), each ending with its turn or at max_new tokens. Saved to path after every batch:
+    a run stopped here goes on where it was."""
+    from tqdm import tqdm
+    from engine.batched import autoregressive_generate_batch
+    requests = data.chat_requests(n, seed)
+    done = torch.load(path, weights_only=True) if os.path.exists(path) else {"rows": []}
+    if done.get("requests", requests) != requests or done.get("max_new", max_new) != max_new:
+        raise SystemExit(f"{path} holds answers to other requests: delete it, or pass the --answers and --seed it "
+                         "was made with")
+    rows = done["rows"]
+    for i in tqdm(range(len(rows), n, batch), desc="answers", initial=len(rows) // batch, total=-(-n // batch)):
+        prompts = [tok.chat([{"role": "user", "content": r}]) for r in requests[i:i + batch]]
+        g = torch.Generator().manual_seed(seed * 100_003 + i)
+        outs, _ = autoregressive_generate_batch(target, prompts, max_new, temperature=1.0, generator=g, stop=tok.stop)
+        rows += [(len(p), out.tolist()) for p, out in zip(prompts, outs)]  # (where the answer starts, the ids)
+        tmp = f"{path}.tmp{os.getpid()}"
+        torch.save({"requests": requests, "max_new": max_new, "rows": rows}, tmp)
+        os.replace(tmp, path)
+    return rows
+
+
+def text_windows(tok, n_tokens, width=256):  # -> (train windows, val windows): lists of width ids
+    """Offline text in the target's tokenizer: the plays and Python's documentation and source (data.python_text),
+    n_tokens of each (their first characters, as many as that takes), cut into windows of width tokens."""
+    out = ([], [])
+    for train, val, _ in (data.shakespeare(), data.python_text()):
+        for split, text, budget in ((0, train, n_tokens), (1, val, n_tokens // 8)):
+            ids = tok.encode(text[:budget * 5], special=False)[:budget]  # about 4 characters a token
+            out[split].extend(ids[i:i + width] for i in range(0, len(ids) - width + 1, width))
+    return out
+
+
+def choose_vocab(answers, size, V):  # [[ids of an answer], ...], size, vocabulary -> the size most frequent ids, sorted
+    """The draft's vocabulary: the size tokens the target itself wrote most often (EAGLE-3, FR-Spec), ties broken
+    by the smaller id; the end-of-turn token is among them (every answer ends with it)."""
+    counts = torch.bincount(torch.tensor([x for a in answers for x in a], dtype=torch.long), minlength=V)
+    order = sorted(range(V), key=lambda i: (-counts[i].item(), i))
+    return torch.tensor(sorted(order[:size]))
+
+
+def coverage(vocab, sequences, V):  # -> the share of the sequences' tokens that are in vocab (nan: no tokens)
+    inside = torch.zeros(V, dtype=torch.bool)
+    inside[vocab] = True
+    return inside[torch.tensor([x for s in sequences for x in s], dtype=torch.long)].float().mean().item()
+
+
+@torch.no_grad()
+def feature_cache(target, sequences, layers, path, desc):  # -> {"ids" (N,), "features" (N, L, C) bf16, "lse" (N,)}
+    """The target's features of every sequence (its blocks `layers`' outputs, in bfloat16 to halve the disk), and
+    the log of its softmax's normaliser at every position (so that p over a draft's vocabulary costs that
+    vocabulary's rows only), computed once, in float32 as the target decodes, one sequence a forward. Written in
+    shards of 64 sequences next to path: a stopped run computes only the shards it lacks."""
+    from tqdm import tqdm
+    target.keep_layers = tuple(sorted(set(layers)))
+    shards = []
+    for s in tqdm(range(0, len(sequences), 64), desc=desc):
+        shard = f"{path}.{s // 64}"
+        if not os.path.exists(shard):
+            ids, feats, lse = [], [], []
+            for seq in sequences[s:s + 64]:
+                logits, _ = target(torch.tensor([seq]))
+                by_index = dict(zip(target.keep_layers, target.features.layers))
+                ids.append(torch.tensor(seq))
+                feats.append(torch.stack([by_index[i][0] for i in layers], 1).bfloat16())  # (T, L, C)
+                lse.append(logits[0].float().logsumexp(-1))
+            torch.save({"ids": torch.cat(ids), "features": torch.cat(feats), "lse": torch.cat(lse)}, shard + ".tmp")
+            os.replace(shard + ".tmp", shard)
+        shards.append(torch.load(shard, weights_only=True))
+    return {k: torch.cat([sh[k] for sh in shards]) for k in ("ids", "features", "lse")}
+
+
+def train_for_pretrained(args):
+    """--target smollm2 --head eagle3|eagle|small: a draft for a pretrained target, trained on its own answers and
+    offline text (docs/training.md). Every stage is cached under --out_dir and resumes where it stopped."""
+    import warnings
+    import pretrained
+    from drafts.eagle3 import three_layers
+    warnings.filterwarnings("ignore", "Mismatch dtype between input and weight")  # RMSNorm's weight under autocast
+    tic = time.time()
+    target, tok = pretrained.load(args.target)
+    target.requires_grad_(False)
+    h = dict(PRETRAINED_HEADS[args.head])
+    h.update({k: getattr(args, k) for k in h if getattr(args, k, None) is not None})
+    d = {k: getattr(args, k) if getattr(args, k) is not None else v for k, v in DISTILL_DATA.items()}
+    os.makedirs(args.out_dir, exist_ok=True)
+    print(f"[{args.head}] target {target.about}; data {d}")
+    rows = target_answers(target, tok, d["answers"], d["answer_tokens"], os.path.join(args.out_dir,
+                          f"answers-{d['answers']}x{d['answer_tokens']}-seed{args.seed}.pt"), args.seed)
+    n_val = max(len(rows) // 16, 1)  # the last answers validate
+    answers = [ids[start:] for start, ids in rows]
+    V = target.config.vocab_size
+    vocab = choose_vocab(answers[:-n_val], h["draft_vocab"], V) if h["draft_vocab"] else None
+    W = target.config.block_size  # (a sequence longer than the window keeps its last W tokens)
+    text_train, text_val = text_windows(tok, d["text_tokens"], min(256, W))
+    share = lambda x: "-" if x != x else f"{x:.1%}"  # (nan: no tokens to count)
+    print(f"[{args.head}] {len(rows)} answers ({sum(map(len, answers))} tokens), {len(text_train) + len(text_val)} "
+          f"text windows; draft vocabulary {h['draft_vocab'] or 'all'}" + (
+              f": the held-out answers' tokens it covers {share(coverage(vocab, answers[-n_val:], V))}, the text's "
+              f"{share(coverage(vocab, text_val, V))}" if vocab is not None else ""))
+    layers = three_layers(target.config.n_layer)  # every head's view is among them (eagle and small: the last)
+    cache = os.path.join(args.out_dir, f"features-{d['answers']}x{d['answer_tokens']}-{d['text_tokens']}-seed{args.seed}")
+    train = feature_cache(target, [ids[-W:] for _, ids in rows[:-n_val]] + text_train, layers, cache + "-train",
+                          "features")
+    val = feature_cache(target, [ids[-W:] for _, ids in rows[-n_val:]] + text_val, layers, cache + "-val", "val features")
+    print(f"[{args.head}] features of {len(train['ids'])} train and {len(val['ids'])} val positions, "
+          f"{(time.time() - tic) / 60:.1f} min so far")
+
+    torch.manual_seed(args.seed)
+    cls = heads.KINDS[args.head][0]
+    head = cls(target, n_layer=h["n_layer"], draft_vocab=h["draft_vocab"])
+    if vocab is not None:
+        head.set_vocab(vocab)
+    view = (lambda f: f.flatten(-2)) if args.head == "eagle3" else (lambda f: f[..., -1, :])  # (.., 3C) or (.., C)
+    optimizer = adamw(head, h["lr"], args.weight_decay)
+    gen = torch.Generator().manual_seed(args.seed)
+    path = os.path.join(args.out_dir, f"{args.head}.pt")
+    start, elapsed, curve = 0, 0.0, []
+    if args.resume:
+        if not os.path.exists(path + ".resume"):
+            raise SystemExit(f"--resume: no {path}.resume to continue from; drop --resume to start fresh")
+        state = torch.load(path + ".resume", map_location="cpu", weights_only=True)
+        if dict(state["hparams"], max_iters=0) != dict(h, max_iters=0):  # (a longer --max_iters trains on)
+            raise SystemExit(f"--resume: {path} was trained with {state['hparams']}, not {h}; use the same flags "
+                             "(--max_iters may grow)")
+        head.load_state_dict(state["head"])
+        optimizer.load_state_dict(state["optimizer"])
+        gen.set_state(state["generator"])
+        start, elapsed, curve = state["iter"], state["elapsed"], state["curve"]
+    T, B = h["block_size"], h["batch_size"]
+    autocast = (lambda: torch.autocast("cpu", dtype=torch.bfloat16)) if args.autocast == "bf16" else contextlib.nullcontext
+
+    def windows(split, starts):  # -> ids (B, T), features (B, T, F) float32, p over the draft's vocabulary (B, T, V')
+        pick = starts[:, None] + torch.arange(T)
+        f = split["features"][pick].float()
+        with torch.no_grad():  # the target's p, from its last block's output and its normaliser
+            p = torch.exp(head.reduced_logits(f[..., -1, :]).float() - split["lse"][pick][..., None])
+        return split["ids"][pick], view(f), p
+
+    def loss_fn(x, f, p):
+        with autocast():
+            return head.loss(x, f, p, **({"steps": h["unroll"]} if "unroll" in h else {}))
+
+    val_starts = torch.arange(0, len(val["ids"]) - T, T)[:args.eval_iters * B]
+
+    @torch.no_grad()
+    def evaluate():  # -> alpha estimates at T = 1 per draft position on the held-out windows
+        head.eval()
+        sums = None
+        for i in range(0, len(val_starts), B):
+            _, alphas = loss_fn(*windows(val, val_starts[i:i + B]))
+            sums = alphas if sums is None else [a + b for a, b in zip(sums, alphas)]
+        head.train()
+        return [a * B / len(val_starts) for a in sums]
+
+    losses = []
+
+    def batch_loss():
+        loss = loss_fn(*windows(train, torch.randint(len(train["ids"]) - T, (B,), generator=gen)))[0]
+        losses.append(loss.item())
+        return loss
+
+    def at_eval(it, seconds):
+        alphas = evaluate()
+        curve.append({"iter": it, "train_loss": sum(losses) / max(len(losses), 1), "val_alpha": alphas,
+                      "minutes": round((elapsed + seconds) / 60, 1)})
+        losses.clear()
+        heads.save(path, head, {"target": target.about, "data": d, "hparams": h, "iter": it, "val_alpha": alphas,
+                                "curve": curve, "seed": args.seed, "autocast": args.autocast,
+                                "train_seconds": round(elapsed + seconds, 1),
+                                "source": f"trained by train_draft.py from {target.about}'s own outputs (its licence, "
+                                          "Apache-2.0, applies)"})
+        tmp = path + ".resume.tmp"
+        torch.save({"head": head.state_dict(), "optimizer": optimizer.state_dict(), "generator": gen.get_state(),
+                    "iter": it, "elapsed": elapsed + seconds, "hparams": h, "curve": curve}, tmp)
+        os.replace(tmp, path + ".resume")
+        return (f"[{args.head}] iter {it}: train loss {curve[-1]['train_loss']:.4f}, val alpha (T=1, teacher-forced) "
+                f"by draft position {', '.join(f'{a:.3f}' for a in alphas)}, {curve[-1]['minutes']} min -> {path}")
+
+    print(f"[{args.head}] {head.num_params() / 1e6:.2f}M params, {h}, autocast {args.autocast}")
+    head.train()
+    run_steps(head, optimizer, h, args.grad_clip, args.head, batch_loss, at_eval, start=start)
+    print(f"[{args.head}] done in {(time.time() - tic) / 60:.1f} min end to end (this run)")
+    return path
+
+
 def main(argv=None):
     args = get_args(argv)
     print(f"threads: {use_threads(args.threads, autodetect_device(args.device))}")
+    if args.head and is_pretrained(args.target):
+        return train_for_pretrained(args)
     train_ids, val_ids, tok, desc = data.prepare(args.corpus, args.tokenizer, args.bpe_encoding, args.data_dir)
     print(f"corpus: {desc}; {len(train_ids):,} train / {len(val_ids):,} val tokens; "
           f"tokenizer {tok.kind}, vocab {tok.vocab_size}")

@@ -13,12 +13,13 @@ round, its proofs and bench.py cover them all. `import drafts` registers:
     eagle.py        an EAGLE-style head on the target's features (Li et al. 2024)
     eagle3.py       the EAGLE head on three of the target's blocks, trained unrolled (EAGLE-3, Li et al. 2025)
     medusa.py       Medusa heads on the target's last feature (Cai et al. 2024)
-    heads.py        what the two heads share: the target's features, their checkpoints
+    small.py        a small model of the target's kind: its first blocks, distilled (the classic draft)
+    heads.py        what the heads share: the target's features, their checkpoints, a reduced vocabulary
     cross_vocab.py  a draft with another tokenizer, over the tokens both share (Timor et al. 2025): wraps any
                     draft checkpoint, so it has no entry of its own
 
-Each entry's fresh(target) gives an untrained draft of its kind for any model.GPT target (seeded weights), the
+Each entry's fresh(target) gives an untrained draft of its kind for any model.GPT or Llama target (seeded weights), the
 door tests and forks use; make(target, **params) gives the one sample.py runs (the shipped heads are trained).
 """
 
-from drafts import cross_vocab, eagle, eagle3, heads, medusa, ngram, parallel, self_drafts, suffix  # noqa: F401  (each registers itself in speculative.DRAFTS)
+from drafts import cross_vocab, eagle, eagle3, heads, medusa, ngram, parallel, self_drafts, small, suffix  # noqa: F401  (each registers itself in speculative.DRAFTS)

@@ -18,7 +18,7 @@ What it leaves out: batches. EAGLE-3's features from several blocks are drafts/e
 part (features, checkpoints, the tree's bookkeeping) is drafts/heads.py; training is train_draft.py --head eagle.
 """
 
-from dataclasses import asdict
+import copy
 
 import torch
 import torch.nn as nn
@@ -26,22 +26,30 @@ from torch.nn import functional as F
 
 from drafts import heads
 from drafts.heads import ReadsTarget
-from model import Block, ChainCache, GPTConfig
+from model import ChainCache
+
+
+def blocks_like(target, n_layer):  # -> n_layer fresh decoder blocks of the target's own kind (GPT-2's, or Llama's)
+    config = copy.copy(target.config)
+    config.n_layer = n_layer
+    if hasattr(config, "dropout"):
+        config.dropout = 0.0
+    block = type(target.transformer.h[0])
+    return nn.ModuleList(block(config, i) for i in range(n_layer))
 
 
 class EagleDraft(ReadsTarget):
     """EAGLE-style draft: n_layer decoder blocks that predict the target's next feature from (f_{j-1}, x_j)."""
 
-    def __init__(self, target, n_layer=1):
-        super().__init__(target)
+    def __init__(self, target, n_layer=1, draft_vocab=0):
+        super().__init__(target, draft_vocab)
         if not isinstance(n_layer, int) or n_layer < 1:
             raise ValueError(f"n_layer must be an int >= 1, got {n_layer!r}")
         c = target.config
         self.n_layer = n_layer
         self.fuse = nn.Linear(2 * c.n_embd, c.n_embd, bias=c.bias)  # [f_{j-1}, e(x_j)] (2C) -> C, EAGLE's fc
-        self.h = nn.ModuleList(Block(GPTConfig(**{**asdict(c), "n_layer": n_layer, "dropout": 0.0}), i)
-                               for i in range(n_layer))
-        for name, p in self.named_parameters():  # GPT-2's initialisation; LayerNorm weights stay 1
+        self.h = blocks_like(target, n_layer)
+        for name, p in self.named_parameters():  # GPT-2's initialisation; the norms' weights stay 1
             if name.endswith("bias"):
                 nn.init.zeros_(p)
             elif p.dim() > 1:
@@ -50,17 +58,30 @@ class EagleDraft(ReadsTarget):
         self.exact = 0  # the leading positions computed from the target's features only (not from predictions)
         self.pred = []  # the predicted feature (C,) at each cache slot: the window's positions, then a tree's nodes
         self.cache = None  # the blocks' KV cache (model.ChainCache), made at the first forward
+        self.synced = None  # the first position sync() took without running the blocks (a stacked draft's path)
 
     def predict(self, f_prev, idx, cache=None, pos=None, mask=None):  # (B, T, C), (B, T) -> predicted features (B, T, C)
         """f_prev[:, i] = f_{start+i-1} (zeros at position 0), idx[:, i] = x_{start+i} -> f_{start+i} predicted;
         start is 0, or with a cache the positions it holds. pos and mask: a tree's level (model.ChainCache.place)."""
-        tr = self.target.transformer
         T = idx.size(1)
         pos, mask = (slice(0, T), None) if cache is None else cache.place(T, pos, mask)  # causal, or the tree's
-        x = self.fuse(torch.cat([f_prev, tr.wte(idx)], -1)) + tr.wpe.weight[pos]  # (B, T, C)
+        return self.run_blocks(self.fuse(torch.cat([f_prev, self.target.transformer.wte(idx)], -1)), pos, cache, mask)
+
+    def run_blocks(self, x, pos, cache, mask):  # (B, T, C) at positions pos -> the blocks' output (B, T, C)
+        """Positions as the target takes them: GPT-2's learned table added to the input, or Llama's rotary angles
+        handed to every block (they turn its queries and keys)."""
+        rope = getattr(self.target, "rope", None)
+        extra = () if rope is None else (rope[pos],)
+        if rope is None:
+            x = x + self.target.transformer.wpe.weight[pos]
         for block in self.h:
-            x = block(x, cache, mask)
+            x = block(x, *extra, cache, mask)
         return x
+
+    def new_cache(self, device):  # the blocks' KV cache: the window's positions, the target's key/value heads
+        c = self.config
+        return ChainCache(self.n_layer, 1, getattr(c, "n_kv_head", c.n_head), c.block_size, c.n_embd // c.n_head,
+                          device, self.dtype)
 
     def teacher_forced(self, idx, features, steps=1):  # (B, T), (B, T, C) -> [predicted features (B, T, C)] * steps
         """The naive path (training, tests): step 1 reads the target's features, step s > 1 the predictions of step
@@ -82,6 +103,19 @@ class EagleDraft(ReadsTarget):
         super().crop(n)
         self.exact = min(self.exact, n)
         del self.pred[n:]
+        if self.synced is not None and self.synced >= n:
+            self.synced = None
+
+    def sync(self, ids):
+        """ids: the window's tokens so far, ours and more (drafts/suffix.py's StackedDraft: its path drafted them).
+        Take the new ones and the target's features of those it scored, running nothing: the blocks compute them
+        when this draft is next asked, reading predictions where no target scored the tokens yet."""
+        if self.nodes or ids[:len(self.ids)] != self.ids:
+            raise ValueError("sync() takes the window's tokens so far, which begin with the ones this draft holds")
+        if len(ids) > len(self.ids):
+            self.synced = len(self.ids) if self.synced is None else self.synced
+            self.ids += ids[len(self.ids):]
+        self.absorb()
 
     def compact(self, n, slots):  # the accepted branch of a tree becomes the window's next positions
         super().compact(n, slots)
@@ -96,41 +130,45 @@ class EagleDraft(ReadsTarget):
             f_prev = torch.stack([self.pred[j] for j in parents.tolist()])[None]  # (1, T, C)
             out = self.predict(f_prev, idx, self.cache, pos, mask)
             self.pred += list(out[0])
-            return self.target_head(out), None
+            return self.draft_head(out), None
         n = self.n_known()
         drafting = n < end - 1 and T == 1 and len(self.pred) == end - 1  # the previous position was computed
-        if n < end - 1 and not drafting:  # (EAGLE needs no feature before position 0)
+        stacked = self.synced is not None and n >= max(self.synced, 1)  # the unknown ones: a stacked path's (sync)
+        if n < end - 1 and not drafting and not stacked:  # (EAGLE needs no feature before position 0)
             self.read_target(end - 1)  # nothing known of this window yet: call start or a slide
             n = end - 1
+        if self.cache is None:
+            self.cache = self.new_cache(idx.device)
+        ids = lambda a, b: torch.tensor([self.ids[a:b]], device=idx.device)
         if drafting:  # a later draft of this round: it reads the previous draft's predicted feature
-            start, f_prev = end - 1, self.pred[-1][None, None]  # (1, 1, C)
+            start = end - 1
+            self.cache.crop(min(self.cache.length, start))
+            out = self.predict(self.pred[-1][None, None], ids(start, end), self.cache)  # (1, 1, C)
         else:  # subtle: positions computed from predictions (the last round's drafts) are recomputed from features
-            start = min(self.exact, end - T)
-            f_prev = self.from_target(self.known[max(start - 1, 0):end - 1][None])  # (1, T', C): f_{start-1} .. f_{end-2}
+            start, upto = min(self.exact, len(self.pred), end - T), min(end, n + 1)  # upto: f_{upto-2} is known
+            f_prev = self.from_target(self.known[max(start - 1, 0):upto - 1][None])  # (1, T', C): f_{start-1} ..
             if start == 0:  # position 0 has no earlier feature
                 f_prev = torch.cat([f_prev.new_zeros(1, 1, f_prev.size(-1)), f_prev], 1)
-        if self.cache is None:
-            nh = self.h[0].attn.n_head
-            self.cache = ChainCache(self.n_layer, 1, nh, self.config.block_size, self.config.n_embd // nh, idx.device,
-                                    self.dtype)
-        self.cache.crop(min(self.cache.length, start))  # the KV cache keeps only positions computed before `start`
-        out = self.predict(f_prev, torch.tensor([self.ids[start:end]], device=idx.device), self.cache)
+            self.cache.crop(min(self.cache.length, start))  # the KV cache keeps only positions computed before `start`
+            outs = [self.predict(f_prev, ids(start, upto), self.cache)]
+            for j in range(upto, end):  # tokens a stacked path drafted, not scored yet: each reads its predecessor's
+                outs.append(self.predict(outs[-1][:, -1:], ids(j, j + 1), self.cache))  # prediction, as drafts do
+            out = torch.cat(outs, 1)
         self.exact = min(end, n + 1)
         self.pred[start:] = list(out[0])  # positions start..end-1
-        return self.target_head(out[:, -T:]), None
+        return self.draft_head(out[:, -T:]), None
 
-    def loss(self, idx, features, target_logits, steps=2):
-        """-> (loss, [alpha estimate at T=1 per step]). Per step: smooth L1 on the features, the total variation
-        between p and q (1 - TV is the acceptance at T=1), and a little cross-entropy against p; step s weighs
-        0.5^(s-1)."""
-        p = F.softmax(target_logits.float(), -1)
+    def loss(self, idx, features, p, steps=2):
+        """p: the target's next-token distribution over the draft's vocabulary (target_probs) -> (loss, [alpha
+        estimate at T=1 per step]). Per step: smooth L1 on the features, the total variation between p and q (1 - TV
+        is the acceptance at T=1), and a little cross-entropy against p; step s weighs 0.5^(s-1)."""
         total, alphas = 0.0, []
         for s, pred in enumerate(self.teacher_forced(idx, features, steps)):
-            tv, ce = heads.match_terms(self.target_head(pred), p)
+            tv, ce = heads.match_terms(self.reduced_logits(pred), p)
             total = total + 0.5 ** s * (F.smooth_l1_loss(pred.float(), features.float()) + tv + 0.1 * ce)
             alphas.append(1.0 - tv.item())
         return total, alphas
 
 
-heads.register("eagle", EagleDraft, "n_layer",
+heads.register("eagle", EagleDraft, ("n_layer", "draft_vocab"),
                doc="EAGLE-style draft that reads the target's features (checkpoints/eagle.pt): lossless")

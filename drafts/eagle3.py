@@ -20,13 +20,13 @@ one keeps the draft small). In Theorem 3.8's terms: EAGLE-1's c (one block at th
 forward now also handing over two more blocks' outputs (no extra compute).
 
 What it leaves out: the paper's attention mask for the unrolled steps (the draft sees the teacher-forced prefix
-at every step; tried for EAGLE-1 and kept fewer drafts here, BENCHMARKS.md), its vocabulary-reduced head, and batches.
+at every step; tried for EAGLE-1 and kept fewer drafts here, BENCHMARKS.md), and batches. Its reduced vocabulary
+(draft_vocab, the target's LM head's rows of the tokens it writes most) is drafts/heads.py's, shared by every head.
 Trees of drafts (EAGLE-2's dynamic tree: verify="tree", rerank=True) come from drafts/eagle.py, unchanged.
 """
 
 import torch
 import torch.nn as nn
-from torch.nn import functional as F
 
 from drafts import heads
 from drafts.eagle import EagleDraft
@@ -39,8 +39,8 @@ def three_layers(n_layer):  # -> (low, middle, high) block indices: 6 blocks -> 
 class Eagle3Draft(EagleDraft):
     """EAGLE-3-style draft: EagleDraft over the target's blocks three_layers(n), fused; trained on tokens only."""
 
-    def __init__(self, target, n_layer=1):
-        super().__init__(target, n_layer)
+    def __init__(self, target, n_layer=1, draft_vocab=0):
+        super().__init__(target, n_layer, draft_vocab)
         self.layers = three_layers(target.config.n_layer)
         target.keep_layers = tuple(sorted(set(self.layers)))  # the target's forwards now keep these blocks' outputs
         C = target.config.n_embd
@@ -68,17 +68,17 @@ class Eagle3Draft(EagleDraft):
     def from_target(self, f):
         return self.reduce(f)
 
-    def loss(self, idx, features, target_logits, steps=3):
-        """-> (loss, [alpha estimate at T=1 per step]). Per step: the total variation between p and q and a little
-        cross-entropy against p; the steps weigh alike (the training-time test: later steps read earlier ones)."""
-        p = F.softmax(target_logits.float(), -1)
+    def loss(self, idx, features, p, steps=3):
+        """p: the target's next-token distribution over the draft's vocabulary (target_probs) -> (loss, [alpha
+        estimate at T=1 per step]). Per step: the total variation between p and q and a little cross-entropy against
+        p; the steps weigh alike (the training-time test: later steps read earlier ones)."""
         total, alphas = 0.0, []
         for pred in self.teacher_forced(idx, features, steps):
-            tv, ce = heads.match_terms(self.target_head(pred), p)
+            tv, ce = heads.match_terms(self.reduced_logits(pred), p)
             total = total + tv + 0.1 * ce
             alphas.append(1.0 - tv.item())
         return total, alphas
 
 
-heads.register("eagle3", Eagle3Draft, "n_layer",
+heads.register("eagle3", Eagle3Draft, ("n_layer", "draft_vocab"),
                doc="EAGLE-3-style draft: three of the target's blocks fused, trained unrolled (checkpoints/eagle3.pt): lossless")

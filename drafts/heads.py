@@ -23,10 +23,20 @@ len(ids), ...), each level in one forward with a tree attention mask; compact() 
 window's next positions, and the target's features of it follow (model.Features.compacted), so absorb() reads them
 as after a chain. Still exact: the tree depends only on the draft's outputs.
 
+A reduced vocabulary (EAGLE-3, arXiv:2503.01840; FR-Spec, Zhao et al. 2025, arXiv:2502.14856). On a target whose
+LM head is a large share of it (SmolLM2-135M: 49,152 x 576, 28M of 135M parameters) a draft that scores every token
+pays a fifth of a target step for the head alone. With draft_vocab = V' the draft scores only the V' tokens in
+.vocab (the ones the target itself writes most often: train_draft.py chooses them), through the target's own LM
+head's rows of them (read, not copied: the checkpoint holds the ids alone); q is 0 on every other token. The round
+stays exact: a token with q = 0 is never drafted, and the residual norm(max(0, p - q)) at a rejection gives it all
+of p's mass there (tests/test_llama_exact.py enumerates it with q = 0 where p is largest).
+
 What it leaves out: batches (engine/batched.py's per-row cache). A head that reads more than the final block
-(drafts/eagle3.py) says so through feature_size, feature() and final().
+(drafts/eagle3.py) says so through feature_size, feature() and final(); the heads read a model.GPT or a pretrained
+Llama (pretrained/llama.py) alike, their blocks of the target's kind.
 """
 
+import copy
 import hashlib
 import os
 from dataclasses import asdict
@@ -36,7 +46,7 @@ import torch.nn as nn
 from torch.nn import functional as F
 
 import speculative
-from model import GPT, GPTConfig, read_plain
+from model import GPT, read_plain
 from speculative import Drafter
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the repository: checkpoints/ lies there
@@ -47,13 +57,21 @@ class ReadsTarget(nn.Module):
     """What both drafts share: the draft cache interface over the window's token ids, and the target's features
     known for them. The target is held outside the module tree: the head's state_dict holds the head alone."""
 
-    def __init__(self, target):
+    def __init__(self, target, draft_vocab=0):
         super().__init__()
-        if not isinstance(target, GPT):
-            raise ValueError(f"a draft that reads the target needs a model.GPT target, got {type(target).__name__} "
-                             "(for fast.py's FastGPT pass the GPT it wraps, .model)")
+        if not leaves_features(target):
+            raise ValueError(f"a draft that reads the target needs a model.GPT or pretrained Llama target, got "
+                             f"{type(target).__name__} (for fast.py's FastGPT pass the GPT it wraps, .model)")
         object.__setattr__(self, "target", target)  # not a submodule
-        self.config = GPTConfig(**asdict(target.config))  # the target's vocabulary and window: they slide together
+        self.config = copy.copy(target.config)  # the target's vocabulary and window: they slide together
+        V = self.config.vocab_size
+        if not isinstance(draft_vocab, int) or not 0 <= draft_vocab <= V:
+            raise ValueError(f"draft_vocab must be an int from 0 (the whole vocabulary) to {V}, got {draft_vocab!r}")
+        self.draft_vocab = draft_vocab  # 0: q over the whole vocabulary; else over the draft_vocab ids in .vocab
+        # the token ids q may give mass to, sorted (choose_vocab); a placeholder until trained or loaded
+        self.register_buffer("vocab", torch.arange(draft_vocab, device=target.lm_head.weight.device)
+                             if draft_vocab else None)
+        self.rows = None  # (the target's LM-head rows of .vocab, and the vocab's version they were read at)
         self.ids = []  # the tokens at the window's positions 0, 1, ... fed so far
         self.nodes = []  # a draft tree's tokens fed after them (verifiers/tree.py): cache slots len(ids), ...
         self.known = self.no_features()  # (n, C): the target's features of positions 0..n-1, for self.ids
@@ -135,7 +153,7 @@ class ReadsTarget(nn.Module):
     def read_target(self, upto):
         """The extra forward: the target's features of positions 0..upto-1, computed without its cache."""
         if self.read_since_target:
-            raise ValueError(f"{type(self).__name__} reads the features of the model.GPT it was built for, but no "
+            raise ValueError(f"{type(self).__name__} reads the features of the model it was built for, but no "
                              "forward of that model came since it last read them: speculative_generate was given "
                              "another target. Pass the model the draft was built for (or FastGPT of it)")
         self.target(torch.tensor([self.ids[:upto]], device=self.target.lm_head.weight.device))
@@ -145,6 +163,39 @@ class ReadsTarget(nn.Module):
 
     def target_head(self, f):  # features (..., C) -> logits (..., V), the target's own frozen ln_f and LM head
         return self.target.lm_head(self.target.transformer.ln_f(f))
+
+    # ---- the draft's vocabulary: all of the target's, or the draft_vocab tokens of .vocab (EAGLE-3, FR-Spec) --------
+
+    def set_vocab(self, ids):  # the draft_vocab token ids q may propose (choose_vocab)
+        ids = torch.as_tensor(ids, dtype=torch.long).unique()  # sorted
+        if self.vocab is None or len(ids) != self.draft_vocab or not 0 <= ids.min() <= ids.max() < self.config.vocab_size:
+            raise ValueError(f"set_vocab needs {self.draft_vocab} distinct ids in 0..{self.config.vocab_size - 1} "
+                             f"(this draft's draft_vocab), got {len(ids)}")
+        self.vocab.copy_(ids)
+
+    def reduced_logits(self, f):  # features (..., C) -> the draft's logits over its vocabulary (..., V' = draft_vocab or V)
+        """The target's frozen ln_f, then its LM head's rows of the draft's tokens only: read, not copied into the
+        draft's checkpoint (a matmul draft_vocab x C instead of V x C: the point of a reduced vocabulary)."""
+        if self.vocab is None:
+            return self.target_head(f)
+        w = self.target.lm_head.weight
+        key = (self.vocab._version, self.vocab.data_ptr(), w.dtype, w.device)
+        if self.rows is None or self.rows[1] != key:  # subtle: load_state_dict and set_vocab bump the version
+            self.rows = (w[self.vocab].detach(), key)  # (V', C), in memory only
+        return F.linear(self.target.transformer.ln_f(f), self.rows[0])
+
+    def draft_head(self, f):  # features (..., C) -> logits (..., V): q's, -inf outside the draft's vocabulary
+        logits = self.reduced_logits(f)
+        if self.vocab is None:
+            return logits
+        full = logits.new_full((*logits.shape[:-1], self.config.vocab_size), float("-inf"))
+        return full.index_copy_(-1, self.vocab, logits)  # q = 0 there: the target's residual covers those tokens
+
+    def target_probs(self, f):  # the target's features (..., F) -> its p over the draft's vocabulary (..., V')
+        """Training: p on the tokens q can give mass to (all of p with the whole vocabulary). Where the vocabulary
+        is reduced the row sums to less than 1: the rest is the mass no draft of this head can ever take."""
+        p = F.softmax(self.target_head(self.final(f)).float(), -1)
+        return p if self.vocab is None else p[..., self.vocab]
 
     def feed(self, idx, pos, use_cache):  # idx (1, T) -> (T, tokens held): the start of every forward
         """Append idx's tokens to the window and take the target's newest features; or, with pos (a level of a
@@ -168,25 +219,44 @@ class ReadsTarget(nn.Module):
 KINDS = {}
 
 
-def register(kind, cls, size_arg, doc):
+def register(kind, cls, size_args, doc, pretrained_only=False):
     """A head of class cls joins KINDS and speculative.DRAFTS: sample.py --draft KIND loads checkpoints/KIND.pt for
-    the target, and the entry's fresh(target) is an untrained cls(target)."""
-    KINDS[kind] = (cls, size_arg)
-    shipped = SHIPPED_HEADS[kind] = os.path.join(ROOT, "checkpoints", f"{kind}.pt")
-    speculative.DRAFTS[kind] = Drafter(lambda target: load(shipped, target), untrained=cls, doc=doc, weights=shipped)
+    the shipped target (checkpoints/smollm2/KIND.pt for SmolLM2: shipped()), and the entry's fresh(target) is an
+    untrained cls(target). size_args: the constructor's arguments a checkpoint records (n_layer, draft_vocab)."""
+    KINDS[kind] = (cls, (size_args,) if isinstance(size_args, str) else tuple(size_args))
+    SHIPPED_HEADS[kind] = os.path.join(ROOT, "checkpoints", f"{kind}.pt")
+    speculative.DRAFTS[kind] = Drafter(lambda target: load(shipped(kind, target), target), untrained=cls, doc=doc,
+                                       weights=SHIPPED_HEADS[kind], weights_for=lambda target: shipped(kind, target),
+                                       pretrained_only=pretrained_only)
 
 
-def match_terms(logits, p):  # the head's logits (..., V), the target's p (..., V) -> (TV(p, q), cross-entropy), means
-    """The two terms both heads train on: 1 - TV(p, q) is the acceptance at T = 1, and a little cross-entropy
-    against p keeps q's tail from collapsing."""
-    tv = 0.5 * (F.softmax(logits.float(), -1) - p).abs().sum(-1).mean()
+def match_terms(logits, p):  # the head's logits (..., V'), the target's p (..., V') -> (TV(p, q), cross-entropy), means
+    """The two terms every head trains on: 1 - TV(p, q) is the acceptance at T = 1, and a little cross-entropy
+    against p keeps q's tail from collapsing. With a reduced vocabulary p covers the draft's V' tokens and sums to
+    less than 1: the mass 1 - sum(p) that q (zero there) cannot match counts in TV whole."""
+    tv = 0.5 * ((F.softmax(logits.float(), -1) - p).abs().sum(-1) + 1.0 - p.sum(-1)).mean()
     ce = -(p * F.log_softmax(logits.float(), -1)).sum(-1).mean()
     return tv, ce
 
 
+def leaves_features(target):  # -> is target a model that leaves its features (model.GPT, pretrained/llama.py's)?
+    return isinstance(target, GPT) or (hasattr(target, "keep_layers") and hasattr(target, "finish"))
+
+
+def shipped(kind, target):  # -> where the trained draft of this kind for this target lies
+    """checkpoints/KIND.pt for the shipped model.GPT target; checkpoints/NAME/KIND.pt for a pretrained one
+    (NAME: pretrained.load's name for it, e.g. smollm2)."""
+    if isinstance(target, GPT):
+        return SHIPPED_HEADS[kind]
+    return os.path.join(ROOT, "checkpoints", getattr(target, "name", type(target).__name__.lower()), f"{kind}.pt")
+
+
 def fingerprint(target):
     """A digest of the target's shape and weights: a head trained on one target's features is refused by another."""
-    h = hashlib.sha256(repr(sorted(asdict(target.config).items())).encode())
+    config = asdict(target.config)
+    if not isinstance(target, GPT):  # a Llama's window is the loader's choice (RoPE has no table of positions to fit)
+        config.pop("block_size")
+    h = hashlib.sha256(repr(sorted(config.items())).encode())
     for name, t in sorted(target.state_dict().items()):
         h.update(name.encode())
         h.update(t.detach().to("cpu", torch.float32).numpy().tobytes())
@@ -199,9 +269,10 @@ def save(path, head, meta=None):
         kind for kind, (cls, _) in KINDS.items() if isinstance(head, cls)]
     if not kinds:
         raise ValueError(f"heads.save writes the heads of KINDS ({', '.join(KINDS)}), not a {type(head).__name__}")
-    kind, arg = kinds[0], KINDS[kinds[0]][1]
-    ckpt = {"kind": kind, "args": {arg: getattr(head, arg)}, "target": fingerprint(head.target),
-            "state_dict": {k: v.detach().cpu().half() for k, v in head.state_dict().items()}, "meta": dict(meta or {})}
+    kind, args = kinds[0], KINDS[kinds[0]][1]
+    half = lambda t: t.half() if t.is_floating_point() else t  # (the vocabulary's ids stay integers)
+    ckpt = {"kind": kind, "args": {arg: getattr(head, arg) for arg in args}, "target": fingerprint(head.target),
+            "state_dict": {k: half(v.detach().cpu()) for k, v in head.state_dict().items()}, "meta": dict(meta or {})}
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     tmp = f"{path}.tmp{os.getpid()}"
     torch.save(ckpt, tmp)
@@ -217,7 +288,7 @@ def is_head(path):  # -> does path hold a head's checkpoint (heads.save), rather
 
 
 def load(path, target):
-    """-> a trained head of KINDS (EagleDraft, MedusaDraft) reading `target` (a model.GPT), in eval mode. Refuses a head that was
+    """-> a trained head of KINDS (EagleDraft, MedusaDraft, ...) reading `target`, in eval mode. Refuses a head that was
     trained on another target's features: its q would be computed from features it never saw."""
     if not os.path.exists(path):
         raise FileNotFoundError(f"no head checkpoint at {path!r}: train one with train_draft.py --head eagle, eagle3 "
@@ -227,12 +298,12 @@ def load(path, target):
         raise ValueError(f"{path!r} is not a head checkpoint written by heads.save (a model checkpoint? pass it "
                          "as --draft PATH, not as a head)")
     cls, _ = KINDS[ckpt["kind"]]
-    head = cls(target, **ckpt["args"])  # refuses a target that is not a model.GPT
+    head = cls(target, **ckpt["args"])  # refuses a target that leaves no features
     ours = fingerprint(target)
     if ckpt["target"] != ours:
         raise ValueError(f"{path!r} was trained for another target (fingerprint {ckpt['target']}; this target's is "
                          f"{ours}): a head reads its own target's features. Train one for this target "
                          f"with train_draft.py --head {ckpt['kind']} --target TARGET.pt")
-    head.load_state_dict({k: v.to(head.dtype) for k, v in ckpt["state_dict"].items()})
+    head.load_state_dict({k: v.to(head.dtype) if v.is_floating_point() else v for k, v in ckpt["state_dict"].items()})
     head.meta = ckpt["meta"]
     return head.eval()

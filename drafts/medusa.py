@@ -71,12 +71,12 @@ class MedusaDraft(ReadsTarget):
     def teacher_forced(self, features):  # (B, T, C) -> [head i's logits (B, T - i, V) for i = 1..n_heads]
         return [self.target_head(head(features[:, :-i])) for i, head in enumerate(self.heads, 1)]
 
-    def loss(self, idx, features, target_logits):
-        """-> (loss, [alpha estimate at T=1 per head]): head i against the target's distribution i places later."""
+    def loss(self, idx, features, p):
+        """p: the target's next-token distributions (target_probs) -> (loss, [alpha estimate at T=1 per head]): head i
+        against the target's distribution i places later."""
         total, alphas = 0.0, []
         for i, logits in enumerate(self.teacher_forced(features), 1):
-            p = F.softmax(target_logits[:, i:].float(), -1)
-            tv, ce = heads.match_terms(logits, p)
+            tv, ce = heads.match_terms(logits, p[:, i:])
             total = total + tv + 0.1 * ce
             alphas.append(1.0 - tv.item())
         return total, alphas

@@ -234,6 +234,8 @@ class StackedDraft(torch.nn.Module):
             row = point_mass(self.config.vocab_size, path[i]) if i < len(path) else None
         else:
             row = self.suffix.next_logits(self.seen) if self.suffix.path(self.seen) else None
+        if row is not None and hasattr(self.model, "sync"):  # a head: it takes the tokens and the target's features
+            self.model.sync(self.seen)  # of them as they come, and runs only when asked to draft
         if row is None:  # the model reads the tokens it has not seen: usually just idx, else those before it too
             lag = len(self.seen) - self.model.cache_len
             new = idx if lag == idx.size(1) else torch.tensor([self.seen[-lag:]], device=idx.device)
@@ -274,6 +276,8 @@ def make(target, suffix_min_match=6, suffix_min_prob=0.3, suffix_corpus="", suff
                         max_match=max(16, suffix_min_match), corpus=corpus)
     if not suffix_over:
         return draft
+    if suffix_over in speculative.DRAFTS:  # a draft by name: a head trained for this target (eagle3, small)
+        return StackedDraft(draft, speculative.DRAFTS[suffix_over].make(target))
     from engine.fast import with_decoder  # the model draft runs in the fast decoder, as the scripts run drafts
     from model import load_checkpoint
     try:
@@ -293,4 +297,5 @@ speculative.DRAFTS["suffix"] = Drafter(
               suffix_min_prob="with --draft suffix: the least estimated probability of the proposed path",
               suffix_corpus="with --draft suffix: also match in this text ('data': the training text; 'python': Python's own "
                             "documentation and standard library), as REST",
-              suffix_over="with --draft suffix: a model draft's checkpoint that drafts wherever the suffix has no path"))
+              suffix_over="with --draft suffix: a model draft's checkpoint, or a trained draft's name (eagle3, small), "
+                          "that drafts wherever the suffix has no path"))

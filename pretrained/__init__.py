@@ -79,4 +79,5 @@ def load(name_or_path, device="cpu", block_size=None):
         state["lm_head.weight"] = state["transformer.wte.weight"]  # one tensor under both names, as Llama ties them
     model = Llama.from_state_dict(LlamaConfig(block_size=W, **config), state)
     model.about = describe(path, reader)  # 'SmolLM2-135M-Instruct dequantized from Q4_1 to float32'
+    model.name = name_or_path if name_or_path in NAMES else os.path.basename(path).removesuffix(".gguf").lower()
     return model.to(device).eval(), Tokenizer(reader)

@@ -5,8 +5,8 @@ What it is:
 - model.GPT's interface, exactly: model(idx, targets=None, use_cache=False, pos=None, mask=None, rows=None,
   span=None) -> (logits (B, T, V) for every position, loss); the same caches (model.ChainCache, model.RowCache), the
   same rollback (crop, compact, crop_rows, keep_rows: GPT's own methods), model.features and keep_layers. Every
-  sampler and verifier runs on it as on the GPT, and so does every draft built without reading the target's
-  class (the drafts that read the target's features, drafts/heads.py, are written for model.GPT).
+  sampler, verifier and draft runs on it as on the GPT; the drafts that read the target (drafts/heads.py) build
+  their blocks of its kind (this file's Block, with its RoPE angles).
 - What differs from GPT-2, each at the line that does it: RMSNorm instead of LayerNorm (Zhang & Sennrich 2019), no
   biases, rotary positions instead of learned ones (RoPE, Su et al. 2021, arXiv:2104.09864), grouped-query attention
   (GQA, Ainslie et al. 2023, arXiv:2305.13245: the caches keep n_kv_head heads, each shared by n_head // n_kv_head

@@ -83,12 +83,13 @@ def test_a_stop_text_ends_the_sample_beside_the_end_of_the_turn(scripts_load, ca
     assert sample_text(capsys.readouterr().out) == "1, 2, 3, 4, 5, 6, 7, 8"
 
 
-def test_a_draft_trained_for_the_shipped_target_is_refused_in_one_line(scripts_load):
+def test_a_draft_with_no_weights_for_this_target_is_refused_in_one_line(scripts_load):
+    """medusa is shipped for the Shakespeare target only: for SmolLM2 the refusal says which drafts are trained."""
     with pytest.raises(SystemExit) as e:
-        sample.main(["--target", "smollm2", "--draft", "eagle", "--max_new_tokens", "4"])
+        sample.main(["--target", "smollm2", "--draft", "medusa", "--max_new_tokens", "4"])
     message = str(e.value.code)
-    assert message.startswith("--draft eagle (checkpoints/eagle.pt) is trained for a model.GPT target")
-    assert ABOUT in message
+    assert message.startswith("--draft medusa has no weights trained for " + ABOUT + " here (checkpoints/smollm2/medusa.pt)")
+    assert "train_draft.py trains eagle3, eagle, small for it" in message
     assert "use --draft int8, layerskip, ngram, suffix" in message and "\n" not in message
 
 
@@ -239,3 +240,37 @@ def test_streamed_text_equals_the_decoded_text_when_a_character_spans_tokens():
     cut = ids[:-1]  # a sample that ends inside 'é': its last piece is printed after the last token, as decoded
     held = sample.ready_text(decode, cut, 0)
     assert held + decode(cut)[len(held):] == decode(cut) and decode(cut).endswith("\ufffd")
+
+
+def test_train_draft_trains_a_head_for_a_gguf_target_on_its_own_answers_and_resumes(tiny_gguf, tmp_path, capsys):
+    """train_draft.py --target FILE.gguf --head eagle3: the target's answers, its features and the head, each cached
+    under --out_dir; --resume goes on from the last evaluation and makes neither answers nor features again."""
+    import os
+
+    import train_draft
+    from drafts import heads
+    out = tmp_path / "run"
+    argv = ["--target", tiny_gguf, "--head", "eagle3", "--answers", "16", "--answer_tokens", "6", "--text_tokens",
+            "512", "--draft_vocab", "64", "--block_size", "16", "--batch_size", "2", "--eval_iters", "1",
+            "--eval_interval", "1", "--out_dir", str(out), "--threads", "1"]
+    train_draft.main(argv + ["--max_iters", "2"])
+    first = capsys.readouterr().out
+    assert "[eagle3] 16 answers (" in first and "draft vocabulary 64: the held-out answers' tokens it covers" in first
+    assert "[eagle3] iter 2: train loss" in first
+    cached = {f: os.path.getmtime(out / f) for f in os.listdir(out) if f.startswith(("answers", "features"))}
+    assert any(f.startswith("answers") for f in cached) and any(f.startswith("features") for f in cached)
+    train_draft.main(argv + ["--max_iters", "3", "--resume"])
+    again = capsys.readouterr().out
+    assert "[eagle3] iter 3: train loss" in again and "iter 2:" not in again
+    assert {f: os.path.getmtime(out / f) for f in cached} == cached  # nothing made again
+    target, tok = pretrained.load(tiny_gguf)
+    head = heads.load(str(out / "eagle3.pt"), target)
+    rows = torch.load(out / next(f for f in cached if f.startswith("answers")), weights_only=True)["rows"]
+    request = train_draft.data.chat_requests(16, train_draft.get_args(argv).seed)[0]
+    assert rows[0][1][:rows[0][0]] == tok.chat([{"role": "user", "content": request}])
+    answers = [ids[start:] for start, ids in rows[:-1]]  # the last one validates
+    assert head.vocab.tolist() == train_draft.choose_vocab(answers, 64, target.config.vocab_size).tolist()
+    assert [c["iter"] for c in head.meta["curve"]] == [1, 2, 3] and "Apache-2.0" in head.meta["source"]
+    with pytest.raises(SystemExit):
+        train_draft.get_args(argv[:2] + ["--head", "medusa"])
+    assert "--head medusa is not trained for a pretrained target here: use eagle3, eagle, small" in capsys.readouterr().err
