@@ -15,6 +15,7 @@ Sample text with speculative sampling from a target/draft pair (default: the shi
     python sample.py --init_from gpt2-xl --draft gpt2 --device cuda --start "Hello"   # pretrained GPT-2 pair
     python sample.py --target smollm2 --prompt "Write a haiku about the sea."   # a real chat model (pretrained/)
     python sample.py --target smollm2 --draft layerskip --start "Once upon a time"  # its text continued, no template
+    python sample.py --target smollm2 --draft eagle3 --prompt "Tell me about owls."  # a head trained for it
 
 The tokenizer comes from the checkpoint (never guessed). A draft with another tokenizer than the target's works
 through the tokens both vocabularies share (drafts/cross_vocab.py), still exactly.
@@ -22,8 +23,9 @@ through the tokens both vocabularies share (drafts/cross_vocab.py), still exactl
 A GGUF file as --target (the name smollm2, or a path) is a pretrained Llama (pretrained/), float32, dequantized
 once from the file's blocks; its tokenizer comes from the same file. --prompt wraps the text in its chat template as
 a user's turn, and a sample ends with the model's turn (<|im_end|>); --start or --raw continue the text as it is.
-The drafts built from the target or its text (ngram, suffix, layerskip, int8) run on it; the trained heads are
-the shipped GPT target's. engine/fast.py's FastGPT wraps model.GPT only: the Llama runs as it is, and --decoder
+Every draft runs on it: those built from the target or its text (ngram, suffix, layerskip, int8), and the ones
+trained for SmolLM2 in checkpoints/smollm2/ (eagle3, small; --suffix_over eagle3 stacks the suffix draft over the
+head). engine/fast.py's FastGPT wraps model.GPT only: the Llama runs as it is, and --decoder
 fast-bf16 runs a copy of it with bfloat16 weights (another target, which every line of numbers names).
 """
 

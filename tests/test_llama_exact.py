@@ -310,6 +310,9 @@ needs_file = pytest.mark.skipif(not INSTALLED, reason=f"SmolLM2's GGUF file is n
 SAMPLED = {  # draft -> (prompt, the draft for the model): a prompt on which the draft's first token is often kept
     "ngram": ("A B C A B", lambda model: NGramDraft(model.config.vocab_size, n=3)),  # proposes " C": p = 0.35
     "layerskip": ("red blue red", lambda model: self_drafts.early_exit(model, 6)),  # 6 of 30 layers: alpha = 0.44
+    # the shipped drafts trained for it (checkpoints/smollm2/): q over 8,192 of its 49,152 tokens
+    "eagle3": ("The capital of France is", lambda model: DRAFTS["eagle3"].make(model)),
+    "small": ("The capital of France is", lambda model: DRAFTS["small"].make(model)),
 }
 
 
