@@ -194,7 +194,11 @@ class StackedDraft(torch.nn.Module):
     Every q is fixed by the tokens before it, and the draft token is drawn from it: lossless. The model draft is fed
     lazily, in one forward over the tokens it has not seen, so path positions cost no model step, and a round
     without a path costs one search, not one per position. Without k_for (a caller of its own) each position asks
-    the suffix draft. Chains only (a tree's positions would need the model for every node)."""
+    the suffix draft. Chains only (a tree's positions would need the model for every node).
+
+    Over a head (--suffix_over eagle3: a trained draft by name, drafts/heads.py) the head must see every token and
+    the target's features of them: on path positions it takes them by sync(), running nothing, and computes them
+    when next asked to draft, from its own prediction where no target has scored them yet."""
 
     chains_only = True  # verifiers/tree.py's trees are refused up front (speculative_generate)
 

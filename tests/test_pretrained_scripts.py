@@ -57,14 +57,15 @@ def test_sample_answers_a_prompt_in_the_chat_template_and_prints_the_statistics(
     assert stats_line(out).startswith("plain sampling: ") and "tokens per target call (cpu, eager decoder" in out
 
 
-@pytest.mark.parametrize("draft", ["ngram", "layerskip"])
+@pytest.mark.parametrize("draft", ["ngram", "layerskip", "eagle3", "suffix --suffix_over eagle3"])
 def test_greedy_speculative_text_equals_greedy_plain_text(scripts_load, capsys, draft):
-    """A request whose answer copies it: ngram drafts from the prompt, layerskip from the target's first 15 layers."""
+    """A request whose answer copies it: ngram drafts from the prompt, layerskip from the target's first 15 layers,
+    eagle3 is the head shipped for it (checkpoints/smollm2/), and the suffix draft stacks over it."""
     prompt = ["--prompt", "Repeat exactly: the cat sat on the mat, and the dog sat on the log.",
               "--max_new_tokens", "20"]
     sample.main(["--target", "smollm2", *prompt, "--draft", "none", *GREEDY])
     plain = capsys.readouterr().out
-    sample.main(["--target", "smollm2", *prompt, "--draft", draft, *GREEDY])
+    sample.main(["--target", "smollm2", *prompt, "--draft", *draft.split(), *GREEDY])
     spec = capsys.readouterr().out
     assert sample_text(spec) == sample_text(plain)
     assert stats_line(spec).startswith("speculative sampling, K=3: ") and "drafts kept" in stats_line(spec)
