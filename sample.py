@@ -152,8 +152,7 @@ def get_args(argv=None):
     return args
 
 
-def is_gguf(target):  # -> does --target name a GGUF file (pretrained/) rather than a checkpoint?
-    return target in pretrained.NAMES or target.lower().endswith(".gguf")
+is_gguf = pretrained.is_gguf  # does --target name a GGUF file (pretrained/) rather than a checkpoint?
 
 
 def check_trace_path(ap, args):  # --trace FILE.html: refused before sampling, not after it

@@ -44,6 +44,7 @@ from torch.nn import functional as F
 
 import data
 import drafts  # noqa: F401  (registers the heads' kinds in drafts.heads.KINDS)
+import pretrained
 from drafts import heads, parallel
 from drafts.parallel import SHIPPED_PARALLEL
 from engine.cpu import add_threads_argument, use_threads
@@ -164,8 +165,8 @@ def get_args(argv=None):
             ap.error(f"--out_dir {args.out_dir} would overwrite the shipped parallel.pt: train into a folder of your "
                      f"own (the default, runs/{args.preset}/), or add --overwrite_shipped to replace it")
         return args
-    if args.head and is_pretrained(args.target):
-        name = os.path.basename(args.target).removesuffix(".gguf").lower()
+    if args.head and pretrained.is_gguf(args.target):
+        name = pretrained.name_of(args.target)
         args.out_dir = args.out_dir or os.path.join("runs", name)
         if args.head not in PRETRAINED_HEADS:
             ap.error(f"--head {args.head} is not trained for a pretrained target here: use {', '.join(PRETRAINED_HEADS)}")
@@ -513,11 +514,6 @@ def train_parallel(args, splits, tok, corpus_desc):
 
 # ---- a draft for a pretrained target (--target smollm2): its own answers, its features on disk -----------------
 
-def is_pretrained(target):  # -> does --target name a GGUF file (pretrained/), not a checkpoint of model.GPT?
-    import pretrained
-    return bool(target) and (target in pretrained.NAMES or target.lower().endswith(".gguf"))
-
-
 def target_answers(target, tok, n, max_new, path, seed, batch=32):  # -> [ids of a request and its answer] * n
     """The target's own answers, sampled at T = 1, to data.chat_requests(n) in its chat template, batch rows at a
     time (engine/batched.py), each ending with its turn or at max_new tokens. Saved to path after every batch:
@@ -595,7 +591,6 @@ def train_for_pretrained(args):
     """--target smollm2 --head eagle3|eagle|small: a draft for a pretrained target, trained on its own answers and
     offline text (docs/training.md). Every stage is cached under --out_dir and resumes where it stopped."""
     import warnings
-    import pretrained
     from drafts.eagle3 import three_layers
     warnings.filterwarnings("ignore", "Mismatch dtype between input and weight")  # RMSNorm's weight under autocast
     tic = time.time()
@@ -653,10 +648,10 @@ def train_for_pretrained(args):
 
     def windows(split, starts):  # -> ids (B, T), features (B, T, F) float32, p over the draft's vocabulary (B, T, V')
         pick = starts[:, None] + torch.arange(T)
-        f = split["features"][pick].float()
+        f = view(split["features"][pick].float())
         with torch.no_grad():  # the target's p, from its last block's output and its normaliser
-            p = torch.exp(head.reduced_logits(f[..., -1, :]).float() - split["lse"][pick][..., None])
-        return split["ids"][pick], view(f), p
+            p = head.target_probs(f, split["lse"][pick])
+        return split["ids"][pick], f, p
 
     def loss_fn(x, f, p):
         with autocast():
@@ -708,7 +703,7 @@ def train_for_pretrained(args):
 def main(argv=None):
     args = get_args(argv)
     print(f"threads: {use_threads(args.threads, autodetect_device(args.device))}")
-    if args.head and is_pretrained(args.target):
+    if args.head and pretrained.is_gguf(args.target):
         return train_for_pretrained(args)
     train_ids, val_ids, tok, desc = data.prepare(args.corpus, args.tokenizer, args.bpe_encoding, args.data_dir)
     print(f"corpus: {desc}; {len(train_ids):,} train / {len(val_ids):,} val tokens; "

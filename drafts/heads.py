@@ -191,9 +191,12 @@ class ReadsTarget(nn.Module):
         full = logits.new_full((*logits.shape[:-1], self.config.vocab_size), float("-inf"))
         return full.index_copy_(-1, self.vocab, logits)  # q = 0 there: the target's residual covers those tokens
 
-    def target_probs(self, f):  # the target's features (..., F) -> its p over the draft's vocabulary (..., V')
+    def target_probs(self, f, lse=None):  # the target's features (..., F) -> its p over the draft's vocabulary (..., V')
         """Training: p on the tokens q can give mass to (all of p with the whole vocabulary). Where the vocabulary
-        is reduced the row sums to less than 1: the rest is the mass no draft of this head can ever take."""
+        is reduced the row sums to less than 1: the rest is the mass no draft of this head can ever take. lse (...,):
+        the log of the target's softmax normaliser, cached (train_draft.py): then only the vocabulary's rows run."""
+        if lse is not None and self.vocab is not None:
+            return torch.exp(self.reduced_logits(self.final(f)).float() - lse[..., None])
         p = F.softmax(self.target_head(self.final(f)).float(), -1)
         return p if self.vocab is None else p[..., self.vocab]
 

@@ -52,9 +52,6 @@ class SmallDraft(EagleDraft):
         heads.ReadsTarget.compact(self, n, slots)
         self.cache.compact(n, slots)
 
-    def crop(self, n):
-        heads.ReadsTarget.crop(self, n)
-
     def forward(self, idx, targets=None, use_cache=False, pos=None, mask=None):  # (1, T) -> (logits (1, T, V), None)
         T, end = self.feed(idx, pos, use_cache)
         if self.cache is None:

