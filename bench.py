@@ -32,8 +32,9 @@ cannot tell 95% from 90%; scripts/auto_k_sim.py judges the chooser where no cloc
 A GGUF target (--target smollm2, or a .gguf path: a pretrained chat model, dequantized to float32) runs on
 CHAT_PROMPTS instead of held-out text, requests in its chat template, and each sample ends with the model's turn
 (<|im_end|>), as in sample.py --prompt: tokens/s counts the answers' tokens. One request asks to copy a text with
-its mistakes corrected, where the lookup drafts (ngram, suffix) find what to propose. --decoder fast-bf16 runs a
-copy of it with bfloat16 weights (engine/fast.py's bfloat16_copy: another target, which the lines of numbers name);
+its mistakes corrected, where the lookup drafts (ngram, suffix) find what to propose. --decoder names its format
+(engine/llama.py; the default: the fastest for this CPU), which the lines of numbers name; --profile adds a table of
+the formats against the memory's roof and of how far each format's verification p is from its one-token step's;
 --hf times transformers' plain generate() on the same file beside our plain sampling (compare_with_hf). With
 --suite, a GGUF target answers benchmarks/chat_tasks.py's seven kinds of request instead (docs/suite.md).
 
@@ -83,9 +84,11 @@ def get_args(argv=None):
                          "Default 1,2,3,4,5,6,7,8,auto; 4 with --suite")
     ap.add_argument("--settings", default=None,
                     help=f"comma-separated, from {list(SETTINGS)}; default all, t0,t1.0 with --suite")
-    ap.add_argument("--decoder", default="fast",
-                    help=f"comma-separated, from {list(DECODERS)}: how both samplers run the models (engine/fast.py); "
-                         "fast-bf16 runs the target in bfloat16, plain sampling included")
+    ap.add_argument("--decoder", default=None,
+                    help=f"comma-separated, from {list(DECODERS)}: how both samplers run the models (engine/fast.py, "
+                         "engine/llama.py); fast-bf16 runs the target in bfloat16, plain sampling included; fast-int8 "
+                         "and fast-int4 a GGUF target's int8 weights or its file's Q4_1 blocks. None: fast, or for a "
+                         "GGUF target the fastest format for this CPU (engine/fast.py's default_decoder)")
     ap.add_argument("--prompts", type=int, default=None,
                     help=f"prompts (per category with --suite), cut from the held-out text (a GGUF target: the first of "
                          f"CHAT_PROMPTS' {len(CHAT_PROMPTS)} requests, or of each category's five with --suite); "
@@ -150,8 +153,8 @@ def get_args(argv=None):
     except argparse.ArgumentTypeError as e:
         ap.error(f"--k takes comma-separated ints >= 1 or auto, e.g. 1,2,4,auto: {e}")
     args.settings = args.settings.split(",")
-    args.decoder = args.decoder.split(",")
-    if any(d not in DECODERS for d in args.decoder):
+    args.decoder = args.decoder.split(",") if args.decoder else [None]
+    if any(d not in DECODERS + [None] for d in args.decoder):
         ap.error(f"--decoder: choose from {list(DECODERS)}")
     if any(s not in SETTINGS for s in args.settings):
         ap.error(f"--settings: choose from {list(SETTINGS)}")
@@ -182,7 +185,7 @@ def main(argv=None):
     if args.device.startswith("cuda") and not torch.cuda.is_available():
         raise SystemExit("--device cuda, but torch sees no CUDA GPU here; use --device cpu")
     target, tmeta = load(args.target, args.device, "target")
-    args.decoder = list(dict.fromkeys(decoder_for(d, target) for d in args.decoder))  # engine/fast.py: GPTs only
+    args.decoder = list(dict.fromkeys(decoder_for(d, target, args.device) for d in args.decoder))
     if args.batch:
         return batch_bench(args, target, load(args.draft, args.device, "draft")[0], tmeta)
     if args.tree_shapes:

@@ -25,8 +25,9 @@ once from the file's blocks; its tokenizer comes from the same file. --prompt wr
 a user's turn, and a sample ends with the model's turn (<|im_end|>); --start or --raw continue the text as it is.
 Every draft runs on it: those built from the target or its text (ngram, suffix, layerskip, int8), and the ones
 trained for SmolLM2 in checkpoints/smollm2/ (eagle3, small; --suffix_over eagle3 stacks the suffix draft over the
-head). engine/fast.py's FastGPT wraps model.GPT only: the Llama runs as it is, and --decoder
-fast-bf16 runs a copy of it with bfloat16 weights (another target, which every line of numbers names).
+head). engine/llama.py runs it as an engine does, in the format --decoder names (fast: float32, fast-bf16,
+fast-int8, fast-int4: the file's own Q4_1 blocks; eager: pretrained/llama.py itself); without --decoder, the fastest
+the benchmarks back for this CPU (engine/fast.py's default_decoder). Every line of numbers names the format.
 """
 
 import argparse
@@ -48,7 +49,7 @@ from drafts.cross_vocab import CrossVocabDraft, shared_mass
 from drafts import heads
 from drafts.heads import ReadsTarget
 from engine.cpu import add_threads_argument, use_threads
-from engine.fast import DECODERS, with_decoder
+from engine.fast import DECODERS, default_decoder, with_decoder
 from engine.hf import GPT2_NAMES  # pretrained GPT-2 through transformers (optional; imported only when used)
 import pretrained
 from model import GPT, SHIPPED, load_checkpoint
@@ -104,9 +105,11 @@ def get_args(argv=None):
                     help="draft tokens per round: an int, or auto (chosen before each round from measured acceptance "
                          "and costs, choose_k.py; the tokens then depend on timings, so --seed reproduces a run only "
                          "with an int --k)")
-    ap.add_argument("--decoder", choices=DECODERS, default="fast",
-                    help="how both samplers run the models: fast (engine/fast.py, same logits, less Python per step), eager "
-                         "(model.py), or fast-bf16 (a bfloat16 target: cheaper wide forwards on CPUs with bf16 units)")
+    ap.add_argument("--decoder", choices=DECODERS, default=None,
+                    help="how both samplers run the models: fast (engine/fast.py, engine/llama.py: same logits, less "
+                         "Python per step), eager (model.py), fast-bf16 (a bfloat16 target), and for a GGUF target "
+                         "fast-int8 (int8 weights) or fast-int4 (the file's Q4_1 blocks); None: fast, or for a GGUF "
+                         "target the fastest format for this CPU (engine/fast.py's default_decoder)")
     ap.add_argument("--verify", default="tokenwise",
                     help=f"how the drafts are verified, a name in speculative.ROUNDS: {verifier_names()}")
     add_registry_arguments(ap)
@@ -395,6 +398,7 @@ def main(argv=None):
     if args.device.startswith("cuda") and not torch.cuda.is_available():
         raise SystemExit("--device cuda, but torch sees no CUDA GPU here; use --device cpu")
     target, tmeta = load(args.init_from or args.target, args.device, "target")
+    args.decoder = decoder_for(args.decoder, target, args.device)
     tok = Tokenizer(tmeta["tokenizer"])
     draft = None
     if args.draft in DRAFTS:  # a draft by name (ngram: prompt lookup, no model), on the target's tokenizer
@@ -409,7 +413,6 @@ def main(argv=None):
             raise SystemExit(f"{flag}: {e}" + (" (the chat template's characters too: --raw leaves it out)"
                                                if templated else "")) from e
     stop = (tok.stop + (stop_sequences(args.stop, tok) or [])) or None  # a chat model's end of turn, and --stop
-    args.decoder = decoder_for(args.decoder, target)
     runs = (target, draft) if args.batch else with_decoder(args.decoder, target, draft)  # --batch: no --decoder
     about = f"{runs[0].about}, " if hasattr(runs[0], "about") else ""  # a GGUF file's: what its weights are
     print(f"target {shown(args.init_from or args.target)} ({about}{target.num_params() / 1e6:.2f}M), draft "
@@ -476,16 +479,14 @@ def main(argv=None):
     report_shared_mass(args, target, draft, prompt, outputs)
 
 
-def decoder_for(decoder, target):  # -> the --decoder the target runs in: engine/fast.py's FastGPT wraps model.GPT only
-    if decoder == "eager" or isinstance(target, GPT):
-        return decoder
-    about = getattr(target, "about", type(target).__name__)
-    if decoder == "fast-bf16":  # another target: engine/fast.py's bfloat16_copy, whose `about` says so
-        print(f"(--decoder fast-bf16 on {about}: a copy of it with bfloat16 weights, run by its own code as the eager "
-              "decoder runs it; FastGPT wraps model.GPT only)")
-        return decoder
-    print(f"(--decoder {decoder} wraps model.GPT only, engine/fast.py: {about} runs as it is, the eager decoder)")
-    return "eager"
+def decoder_for(decoder, target, device="cpu"):  # -> the --decoder the target runs in, or one line saying why not
+    """None: engine/fast.py's default_decoder. fast-int8 and fast-int4 run a Llama (a GGUF target) on a CPU."""
+    if decoder is None:
+        return default_decoder(target, device)
+    if decoder in ("fast-int8", "fast-int4") and (isinstance(target, GPT) or not str(device).startswith("cpu")):
+        raise SystemExit(f"--decoder {decoder} runs a GGUF target (--target smollm2) on a CPU (torch's weight-only "
+                         "kernels); use fast or fast-bf16" + ("" if isinstance(target, GPT) else f" on {device}"))
+    return decoder
 
 
 def prompt_ids(args, tok):  # -> (the prompt's token ids, the flag that gave it, whether a chat template was applied)

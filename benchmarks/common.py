@@ -95,7 +95,7 @@ def commit():  # -> the checkout's short commit hash, "+ changes" if the tree di
 
 def runs_as(pairs):  # -> what a GGUF target's rows ran on, in the words every line prints; "" for a model.GPT
     """{decoder: (target as run, draft)} -> 'SmolLM2-135M-Instruct dequantized from Q4_1 to float32, '; with a
-    fast-bf16 column beside an eager one (engine/fast.py's bfloat16_copy), each decoder's: '... to float32 (eager
+    fast-bf16 column beside an eager one (engine/llama.py's bfloat16 format), each decoder's: '... to float32 (eager
     rows); ..., then cast to bfloat16 (fast-bf16 rows), '. A model.GPT has no `about`: the decoder column says it."""
     abouts = {dec: t.about for dec, (t, _) in pairs.items() if hasattr(t, "about")}
     if len(set(abouts.values())) <= 1:

@@ -12,16 +12,13 @@ its time goes to the fixed cost of each operation and each nn.Module call, not t
 Like model.GPT, it leaves each forward's final-block output in .features (and on the model it wraps, where a
 draft that reads the target finds it). FastGPT(model, dtype=torch.bfloat16) also stores the weights in bfloat16 (opt-in): on CPUs with bf16 matrix
 instructions (AVX512-BF16, AMX) the target's (K+1)-token forward gets cheaper, i.e. v falls, but the logits
-change slightly, so it is another target: compare it with plain sampling from the same FastGPT. A target FastGPT
-does not wrap (pretrained/llama.py's Llama) gets the same opt-in the plain way: bfloat16_copy, the model itself
-with every weight in bfloat16, eager.
+change slightly, so it is another target: compare it with plain sampling from the same FastGPT. The Llama of a
+GGUF file has a decoder of its own, in four weight formats: engine/llama.py's FastLlama (with_decoder picks it).
 
 What it leaves out: torch.compile of the step (tried by hand and dropped: slow to compile for every input shape,
 and no faster than this file on this CPU), batches (B > 1: batched.py runs model.GPT's per-row cache), and
 training (use model.GPT).
 """
-
-import copy
 
 import torch
 import torch.nn as nn
@@ -114,31 +111,37 @@ class FastGPT(nn.Module):
         return F.linear(F.layer_norm(x, (C,), *self.ln_f), self.wte).float(), None  # tied output embedding
 
 
-DECODERS = ["eager", "fast", "fast-bf16"]  # how sample.py and bench.py run the models (--decoder)
+DECODERS = ["eager", "fast", "fast-bf16", "fast-int8", "fast-int4"]  # how sample.py and bench.py run the models
+FORMAT_OF = {"fast": "float32", "fast-bf16": "bfloat16", "fast-int8": "int8", "fast-int4": "int4"}  # engine/llama.py
 
 
 def with_decoder(name, target, draft=None):
-    """-> (target, draft) as both samplers will run them. eager: model.py itself; fast: FastGPT; fast-bf16: FastGPT
-    with a bfloat16 target (plain sampling then uses that target too, so the comparison stays honest), or for a
-    target FastGPT does not wrap (pretrained/llama.py's Llama), a bfloat16 copy of it (bfloat16_copy)."""
+    """-> (target, draft) as both samplers will run them. eager: model.py (or pretrained/llama.py) itself; for a
+    model.GPT, fast: FastGPT, fast-bf16: FastGPT with a bfloat16 target; for a Llama (a GGUF target), each fast
+    decoder is engine/llama.py's FastLlama in a format: fast float32, fast-bf16 bfloat16, fast-int8 int8 weights,
+    fast-int4 the file's Q4_1 blocks. Plain sampling runs the same target, so a comparison stays honest."""
     if name not in DECODERS:
         raise ValueError(f"unknown decoder {name!r}: choose from {DECODERS}")
     if name == "eager":
         return target, draft
     wrap = lambda m, dtype=torch.float32: FastGPT(m, dtype) if isinstance(m, GPT) and not getattr(
         m, "quantized", False) else m  # not None, NGramDraft, nor an int8 copy (drafts/self_drafts.py): as they are
-    if name == "fast-bf16" and target is not None and not isinstance(target, GPT):
-        return bfloat16_copy(target), wrap(draft)
+    if target is not None and not isinstance(target, GPT):  # a Llama
+        from engine.llama import FastLlama
+        return FastLlama(target, FORMAT_OF[name]), wrap(draft)
+    if name in ("fast-int8", "fast-int4") and target is not None:
+        raise ValueError(f"--decoder {name} runs a Llama read from a GGUF file (--target smollm2); for this model.GPT "
+                         "use fast or fast-bf16")
     return wrap(target, torch.bfloat16 if name == "fast-bf16" else torch.float32), wrap(draft)
 
 
-def bfloat16_copy(model):  # -> the same model, another target: every weight and buffer in bfloat16
-    """For a target FastGPT does not wrap (pretrained/llama.py's Llama): a copy, eager, its weights and its RoPE
-    table in bfloat16 (cos and sin rounded to bfloat16, as transformers runs a bf16 Llama). Its caches follow
-    (reset_cache allocates them in the weights' dtype); its logits come out in bfloat16, and the samplers compute
-    probabilities from them in float32 (speculative.sampling_probs). The model itself stays float32, and so do
-    the drafts built from it. The copy's `about` says bfloat16, so every line that prints a number measured on it
-    does: 'SmolLM2-135M-Instruct dequantized from Q4_1 to float32, then cast to bfloat16'."""
-    bf16 = copy.deepcopy(model).to(torch.bfloat16).eval()  # (tied weights stay one tensor: deepcopy keeps sharing)
-    bf16.about = f"{getattr(model, 'about', type(model).__name__)}, then cast to bfloat16"
-    return bf16
+def default_decoder(target, device="cpu"):
+    """-> the decoder a run takes when --decoder is not given: the fastest the benchmarks back (BENCHMARKS.md, "The
+    Llama's formats"). A model.GPT: fast. A Llama read from a Q4_1 GGUF file, on a CPU with bfloat16 units
+    (AVX512-BF16 or AMX): fast-int4, the file's own blocks (its step reads 123 MB of weights where float32 reads
+    538). Any other Llama, or another CPU: fast (float32), whose logits are the readable model's."""
+    if isinstance(target, GPT) or not str(device).startswith("cpu"):
+        return "fast-bf16" if not isinstance(target, GPT) and str(device).startswith("cuda") else "fast"
+    from engine.cpu import has_bf16_units
+    from engine.llama import q4_1_file
+    return "fast-int4" if has_bf16_units() and q4_1_file(target) else "fast"

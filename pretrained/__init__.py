@@ -90,4 +90,5 @@ def load(name_or_path, device="cpu", block_size=None):
     model = Llama.from_state_dict(LlamaConfig(block_size=W, **config), state)
     model.about = describe(path, reader)  # 'SmolLM2-135M-Instruct dequantized from Q4_1 to float32'
     model.name = name_of(name_or_path)  # drafts trained for it lie in checkpoints/NAME/ (drafts/heads.py)
+    model.gguf_path = path  # engine/llama.py's int4 format runs the file's own Q4_1 blocks
     return model.to(device).eval(), Tokenizer(reader)

@@ -24,8 +24,8 @@ load by in pretrained/__init__.py: this file is the architecture only (as gpt-fa
 
 What it leaves out: training tricks (dropout, a scaled init: the weights come from a file), RoPE scaling (Llama 3.1's
 rope_freqs, YaRN), sliding-window attention, attention biases (Qwen), fused kernels beyond torch's
-scaled_dot_product_attention, and engine/fast.py's faster path (FastGPT wraps model.GPT only; its bfloat16_copy runs
-this model with bfloat16 weights, --decoder fast-bf16).
+scaled_dot_product_attention, and running fast: engine/llama.py's FastLlama runs this model's weights as plain tensors
+in float32, bfloat16, int8 or the GGUF file's own Q4_1 blocks (--decoder fast, fast-bf16, fast-int8, fast-int4).
 """
 
 from dataclasses import dataclass

@@ -24,11 +24,12 @@ from tests.conftest import (check_cache_against_full_forwards, check_row_cache_a
 V = 50  # the tiny models' vocabulary
 
 
-def random_llama(seed, block_size=24, n_layer=2, n_head=4, n_kv_head=2, n_embd=32, tied=True, sharpness=8.0):
+def random_llama(seed, block_size=24, n_layer=2, n_head=4, n_kv_head=2, n_embd=32, tied=True, sharpness=8.0,
+                 n_hidden=48):
     """An untrained Llama whose next-token distributions are far from uniform (LM head scaled up), GQA 2:1."""
     torch.manual_seed(seed)
     model = Llama(LlamaConfig(block_size=block_size, vocab_size=V, n_layer=n_layer, n_head=n_head,
-                              n_kv_head=n_kv_head, n_embd=n_embd, n_hidden=48, rope_base=100.0,
+                              n_kv_head=n_kv_head, n_embd=n_embd, n_hidden=n_hidden, rope_base=100.0,
                               context_length=block_size, tied=tied))
     with torch.no_grad():
         model.lm_head.weight.mul_(sharpness)

@@ -1,0 +1,262 @@
+"""
+A fast decoder for pretrained/llama.py's Llama, kept beside the readable model and tested against it
+(tests/test_fast_llama.py): how an engine (gpt-fast, llama.cpp) runs a real model on a CPU.
+
+    fast = FastLlama(model, "int4")      # the file's own Q4_1 blocks, bfloat16 activations
+    logits, _ = fast(idx, use_cache=True)   # model.GPT's cached interface: every sampler and verifier runs on it
+
+Why: a one-token step of SmolLM2-135M reads every weight once, so its time is the bytes of the weights over the
+memory's read bandwidth (the roof), plus the fixed cost of each operation. The readable model pays for float32
+weights (4 bytes each, 538 MB a step) and for an nn.Module call per layer and per norm. This file
+  - keeps every layer's weights as plain tensors in one FORMAT (below) and calls torch's kernels directly,
+  - keeps model.py's preallocated ChainCache, written in place (crop, compact and trees work as in the Llama),
+  - rotates by a precomputed table in two multiplications (RoPE on adjacent pairs: x cos + swap(x) sin),
+  - keeps the residual stream, RoPE, the KV cache and attention in float32 in every format; only the matrix
+    products' inputs are cast to the format's activations (torch's CPU attention kernel in bfloat16 took 82-562 us
+    a layer where float32's took 13-76, on an AMD EPYC with AVX512-BF16; BENCHMARKS.md).
+
+The formats (FORMATS), each another target, named on every printed line (FastLlama.about):
+  float32   the readable model's weights and arithmetic: logits within 1e-5 of it, greedy equal
+  bfloat16  weights and the matrix products' inputs rounded to bfloat16 (8 bits of mantissa)
+  int8      each weight row quantized to int8 with one scale (torch's _weight_int8pack_mm), bfloat16 activations
+  int4      the GGUF file's own Q4_1 blocks (32 weights, w = d q + m) run by torch's 4-bit kernel, whose blocks are
+            w = (q - 8) scale + zero: scale = d, zero = m + 8 d, both rounded to bfloat16 (the kernel's dtype);
+            the Q8_0 LM head in bfloat16. A model not read from a Q4_1 file is quantized to Q4_1 here, as
+            llama.cpp's llama-quantize does (gguf.quants), and its `about` says so.
+In bfloat16 and below, a row of a (K+1)-token forward need not equal the one-token step bit for bit: see
+docs/exactness.md, "Low precision". Speculative sampling stays exact for the p its verification computes.
+
+What it leaves out: batches (engine/batched.py runs the readable model's per-row cache), torch.compile (measured
+in BENCHMARKS.md, "The Llama's formats"), and training (use the Llama).
+"""
+
+import functools
+
+import numpy as np
+import torch
+import torch.nn as nn
+from torch.nn import functional as F
+
+from model import GPT, ChainCache, Features
+
+FORMATS = ("float32", "bfloat16", "int8", "int4")
+Q4_1_BLOCK = 32  # weights per Q4_1 block
+
+
+# ---- the formats: prepare a weight once, multiply by it every step ----------------------------------------------
+
+def int8_rows(w):  # (N, K) float -> (int8 (N, K), scales (N,) bfloat16): w ~ q * scale, one scale per row
+    scale = w.abs().amax(1).clamp(min=1e-12) / 127.0  # symmetric: the largest weight of a row maps to +-127
+    return torch.round(w / scale[:, None]).to(torch.int8), scale.to(torch.bfloat16)
+
+
+def q4_1_from_bytes(raw, N, K):  # GGUF's Q4_1 bytes (N, K/32 * 20) -> q (N, K) uint8, d (N, K/32), m (N, K/32) float32
+    """A Q4_1 block is 20 bytes: d (float16), m (float16), then 16 bytes of 4-bit q; weight j of the block is the low
+    nibble of byte j for j < 16, the high nibble of byte j - 16 after. w = d * q + m (ggml's dequantize_row_q4_1)."""
+    blocks = np.ascontiguousarray(raw).reshape(N, K // Q4_1_BLOCK, 20)
+    d = blocks[..., 0:2].copy().view(np.float16)[..., 0].astype(np.float32)  # (N, K/32)
+    m = blocks[..., 2:4].copy().view(np.float16)[..., 0].astype(np.float32)
+    qs = blocks[..., 4:]  # (N, K/32, 16)
+    q = np.concatenate([qs & 0x0F, qs >> 4], axis=-1).reshape(N, K)  # (N, K) in 0..15
+    return torch.from_numpy(q.astype(np.uint8)), torch.from_numpy(d), torch.from_numpy(m)
+
+
+def q4_1_quantized(w):  # (N, K) float32 -> its Q4_1 bytes, as llama.cpp's llama-quantize computes them
+    import gguf
+    return gguf.quants.quantize(w.detach().float().contiguous().numpy(), gguf.GGMLQuantizationType.Q4_1)
+
+
+def q4_1_dequantized(q, d, m):  # the float32 weights the blocks stand for: w = d * q + m
+    N, K = q.shape
+    return (q.view(N, K // Q4_1_BLOCK, Q4_1_BLOCK).float() * d[..., None] + m[..., None]).view(N, K)
+
+
+def int4_packed(q, d, m):  # Q4_1's (q, d, m) -> (packed weights, scales and zeros) for _weight_int4pack_mm_for_cpu
+    """The kernel computes w = (q - 8) * scale + zero per block of 32: Q4_1's d * q + m with scale = d, zero = m + 8 d."""
+    packed = torch.ops.aten._convert_weight_to_int4pack_for_cpu(q.to(torch.int32).contiguous(), 8)  # 8 inner k-tiles
+    scales_zeros = torch.stack([d.T, (m + 8 * d).T], dim=-1).to(torch.bfloat16).contiguous()  # (K/32, N, 2)
+    return packed, scales_zeros
+
+
+def matmul(fmt, x, w):  # x (..., K) -> (..., N): x @ W.T with W as `fmt` stores it
+    if fmt == "float32":
+        return F.linear(x, w)
+    if fmt == "bfloat16" or fmt == "head":  # (the LM head of int4, kept in bfloat16)
+        return F.linear(x.to(torch.bfloat16), w)
+    x2 = x.to(torch.bfloat16).reshape(-1, x.size(-1))  # the quantized kernels take (M, K)
+    if fmt == "int8":
+        y = torch.ops.aten._weight_int8pack_mm(x2, *w)
+    else:  # int4
+        y = torch.ops.aten._weight_int4pack_mm_for_cpu(x2, w[0], Q4_1_BLOCK, w[1])
+    return y.view(*x.shape[:-1], y.size(-1))
+
+
+def weight_bytes(w):  # bytes a matrix product reads: the tensors it holds
+    return sum(t.numel() * t.element_size() for t in (w if isinstance(w, tuple) else (w,)))
+
+
+# ---- the decoder ------------------------------------------------------------------------------------------------
+
+class FastLlama(nn.Module):
+    """pretrained/llama.py's cached decoding, with the interface speculative.py uses: config, reset_cache, crop,
+    compact, cache_len, features, forward(idx, use_cache=True, pos=None, mask=None) -> (logits (1, T, V) float32,
+    None). Without use_cache it runs the same arithmetic over a cache of its own (the format's model, uncached)."""
+
+    def __init__(self, model, fmt="float32"):
+        super().__init__()
+        if fmt not in FORMATS:
+            raise ValueError(f"unknown format {fmt!r}: choose from {FORMATS}")
+        if not (hasattr(model, "rope") and hasattr(model.transformer, "h")):
+            raise ValueError(f"FastLlama runs pretrained/llama.py's Llama, not a {type(model).__name__} "
+                             "(engine/fast.py's FastGPT runs model.GPT)")
+        self.model, self.config, self.format = model, model.config, fmt
+        c = model.config
+        self.hs = c.n_embd // c.n_head
+        self.dtype = torch.float32 if fmt == "float32" else torch.bfloat16  # the matrix products' inputs
+        if fmt == "int4" and (c.n_embd % Q4_1_BLOCK or c.n_hidden % Q4_1_BLOCK):
+            raise ValueError(f"the int4 format runs blocks of {Q4_1_BLOCK} weights along each row, but this model's "
+                             f"rows hold n_embd={c.n_embd} and n_hidden={c.n_hidden} weights: use bfloat16 or int8")
+        blocks = q4_1_blocks(model) if fmt == "int4" else None  # {state_dict name: Q4_1 bytes}
+        quantized = fmt == "int4" and blocks.pop("quantized here")
+
+        def prepare(name):  # a weight of the model's state_dict -> what matmul(fmt, x, .) takes
+            w = model.state_dict()[name].detach()
+            if fmt == "float32":
+                return w
+            if fmt == "bfloat16":
+                return w.to(torch.bfloat16)
+            if fmt == "int8":
+                return int8_rows(w.float())
+            return int4_packed(*q4_1_from_bytes(blocks[name], *w.shape))
+
+        self.layers = []
+        for i in range(c.n_layer):
+            h = f"transformer.h.{i}."
+            self.layers.append((model.transformer.h[i].ln_1.weight.detach(), prepare(h + "attn.c_attn.weight"),
+                                prepare(h + "attn.c_proj.weight"), model.transformer.h[i].ln_2.weight.detach(),
+                                prepare(h + "mlp.c_fc.weight"), prepare(h + "mlp.c_proj.weight")))
+        self.wte = model.transformer.wte.weight.detach()  # (V, C) float32: a row per token, read, not multiplied
+        self.ln_f = model.transformer.ln_f.weight.detach()
+        self.head_format = "head" if fmt == "int4" else fmt  # int4: the file's Q8_0 LM head, in bfloat16
+        w = model.lm_head.weight.detach()
+        self.head = w if fmt == "float32" else int8_rows(w.float()) if fmt == "int8" else w.to(torch.bfloat16)
+        # RoPE as two tables of full head width: out = x * cos2 + swap(x) * sin2, swap exchanging each pair's
+        # channels, sin2 = (-sin, +sin) per pair: (x1 cos - x2 sin, x1 sin + x2 cos), model.rotate's arithmetic
+        cos, sin = model.rope.float().unbind(-1)  # (W, hs/2) each
+        self.cos = cos.repeat_interleave(2, -1)  # (W, hs)
+        self.sin = torch.stack((-sin, sin), -1).flatten(-2)  # (W, hs)
+        self.cache = None
+        self.features = None  # Features of the last cached forward (set on the wrapped model too)
+        self.row_invariant = fmt != "float32"  # a chain's wide forward computes each row as the one-token step does
+        about = getattr(model, "about", type(model).__name__)
+        self.about = about if fmt == "float32" else (
+            f"{about}, then cast to bfloat16" if fmt == "bfloat16" else
+            f"{about}, then quantized to int8 per row" if fmt == "int8" else
+            f"{about.replace(' dequantized from Q4_1 to float32', '')} as its Q4_1 blocks (int4 kernel, bfloat16 "
+            "scales and activations)" if not quantized else f"{about}, then quantized to Q4_1 here (int4 kernel)")
+        self.name = getattr(model, "name", None)  # drafts trained for the model find their weights by it
+        self.reset_cache()
+
+    def weight_bytes(self):  # -> bytes of weights one step reads: the roof's numerator
+        per_layer = sum(weight_bytes(w) for layer in self.layers for w in layer)
+        return per_layer + weight_bytes(self.head)
+
+    # ---- the cache: model.py's ChainCache, in the activations' dtype; the rollback is model.GPT's ----------------
+
+    def reset_cache(self, batch_size=1):
+        assert batch_size == 1, "FastLlama decodes one sequence at a time (B=1): engine/batched.py runs batches"
+        c = self.config
+        self.cache = ChainCache(c.n_layer, 1, c.n_kv_head, c.block_size, self.hs, self.wte.device, torch.float32)
+
+    cache_len, crop = GPT.cache_len, GPT.crop
+
+    def compact(self, n, slots):
+        self.cache.compact(n, slots)
+        if self.features is not None:  # the last forward's features follow (model.Features.compacted)
+            self.features = self.model.features = self.features.compacted(n, slots)
+
+    @property
+    def keep_layers(self):  # the drafts that read the target set it on the model they were built for
+        return self.model.keep_layers
+
+    # ---- one forward ------------------------------------------------------------------------------------------
+
+    def forward(self, idx, targets=None, use_cache=False, pos=None, mask=None):  # (B, T) -> (logits (B, T, V), None)
+        if targets is not None:
+            raise ValueError("FastLlama decodes; for a loss run the Llama itself (FastLlama.model)")
+        c, (B, T) = self.config, idx.size()
+        cache = self.cache if use_cache else ChainCache(c.n_layer, B, c.n_kv_head, T, self.hs, self.wte.device,
+                                                        torch.float32)  # uncached: a cache of its own, as long as idx
+        assert use_cache or (pos is None and mask is None), "a tree of tokens (pos, mask) needs use_cache=True"
+        assert B == 1 or not use_cache, "FastLlama decodes one sequence at a time (B=1)"
+        pos, mask = cache.place(T, pos, mask)  # where the new tokens sit (slice or (T,)), what each sees
+        cos, sin = self.cos[pos], self.sin[pos]  # (T, hs) each
+        # subtle: in bfloat16, torch's attention kernel rounds a query row differently with other rows beside it, so
+        # the (K+1)-token verification would not compute the one-token step's p (greedy outputs part at near-ties).
+        # A chain's rows then attend one at a time, each over the keys its own step sees: the same call, bit for bit
+        rows = self.row_invariant and use_cache and T > 1 and isinstance(pos, slice)
+        nh, nkv, hs, fmt, eps = c.n_head, c.n_kv_head, self.hs, self.format, c.norm_eps
+        x = self.wte[idx]  # (B, T, C) float32: the residual stream stays float32
+        keep, kept = self.model.keep_layers, []
+        for i, (ln1, qkv_w, proj_w, ln2, fc_w, down_w) in enumerate(self.layers):
+            qkv = matmul(fmt, F.rms_norm(x, (c.n_embd,), ln1, eps), qkv_w).float().view(B, T, nh + 2 * nkv, hs).transpose(1, 2)
+            qk = qkv[:, :nh + nkv]  # (B, nh + nkv, T, hs): queries and keys turn by their positions; values do not
+            qk = qk * cos + qk.unflatten(-1, (-1, 2)).flip(-1).flatten(-2) * sin  # RoPE on adjacent pairs
+            k, v = cache.write(i, qk[:, nh:], qkv[:, nh + nkv:])  # (B, nkv, S, hs) each: cached and new
+            y = attention(qk[:, :nh], k, v, mask, rows)  # (B, nh, T, hs)
+            x = x + matmul(fmt, y.transpose(1, 2).reshape(B, T, c.n_embd), proj_w)
+            gate, up = matmul(fmt, F.rms_norm(x, (c.n_embd,), ln2, eps), fc_w).chunk(2, dim=-1)
+            x = x + matmul(fmt, F.silu(gate) * up, down_w)  # SwiGLU
+            if i in keep:
+                kept.append(x)
+        features = Features(cache.start, idx, x, tuple(kept))
+        if use_cache:
+            self.features = self.model.features = features  # on the wrapped model too: the heads read it there
+        logits = matmul(self.head_format, F.rms_norm(x, (c.n_embd,), self.ln_f, eps), self.head)
+        return logits.float(), None
+
+
+@functools.lru_cache(maxsize=2)
+def gguf_tensors(path):  # -> {GGUF name: the reader's tensor (type, bytes memory-mapped)}: the file parsed once (2.6 s)
+    import gguf
+    return {t.name: t for t in gguf.GGUFReader(path).tensors}
+
+
+def attention(q, k, v, mask, rows=False):  # (B, nh, T, hs), (B, nkv, S, hs) x2 -> (B, nh, T, hs)
+    """Causal attention over the cached and new keys (GQA: query head h reads key/value head h // (nh // nkv)).
+    rows: a chain's T new tokens at the cache's end, each computed alone over the keys up to its own, as a one-token
+    step computes it, no mask (T - 1 more kernel calls: what a verification pays for the step's exact numbers)."""
+    if not rows:
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True)
+    T, S = q.size(2), k.size(2)
+    return torch.cat([F.scaled_dot_product_attention(q[:, :, i:i + 1], k[:, :, :S - T + 1 + i],
+                                                     v[:, :, :S - T + 1 + i], enable_gqa=True) for i in range(T)], 2)
+
+
+def q4_1_file(model):  # -> is model read from a GGUF file whose blocks are all Q4_1 (the int4 format runs them)?
+    import gguf
+    path = getattr(model, "gguf_path", None)
+    tensors = gguf_tensors(path) if path else {}
+    return bool(tensors) and all(p in tensors and tensors[p].tensor_type == gguf.GGMLQuantizationType.Q4_1
+                                 for parts in block_names(model.config).values() for p in parts)
+
+
+def block_names(c):  # -> {the Llama's name of a block matrix: the GGUF names stacked into it}
+    return {f"transformer.h.{i}.{ours}.weight": [f"blk.{i}.{p}.weight" for p in parts]
+            for i in range(c.n_layer) for ours, parts in {"attn.c_attn": ("attn_q", "attn_k", "attn_v"),
+                                                         "attn.c_proj": ("attn_output",),
+                                                         "mlp.c_fc": ("ffn_gate", "ffn_up"),
+                                                         "mlp.c_proj": ("ffn_down",)}.items()}
+
+
+def q4_1_blocks(model):  # -> {state_dict name: Q4_1 bytes (N, K/32 * 20)}, and "quantized here": bool
+    """The int4 format's weights: a model read from a GGUF file whose blocks are Q4_1 (pretrained.load keeps the
+    path in model.gguf_path) gives the file's own bytes, q, k and v stacked as the Llama stacks them (and gate with
+    up); any other model is quantized to Q4_1 here (q4_1_quantized)."""
+    names = block_names(model.config)
+    if q4_1_file(model):
+        tensors = gguf_tensors(model.gguf_path)
+        return {ours: np.concatenate([tensors[p].data for p in parts]) for ours, parts in names.items()} | {
+            "quantized here": False}
+    state = model.state_dict()
+    return {ours: q4_1_quantized(state[ours]) for ours in names} | {"quantized here": True}

@@ -1,0 +1,172 @@
+"""engine/llama.py: FastLlama in float32 gives the readable Llama's logits (cached = uncached, trees too) and the samplers
+the same tokens; each other format stays within a stated distance of the model its weights stand for, and greedy
+speculative equals its own greedy plain; the int4 format's blocks are the GGUF file's own, bit for bit."""
+
+import copy
+
+import gguf
+import pytest
+import torch
+
+import pretrained
+from engine.fast import default_decoder, with_decoder
+from engine.llama import FORMATS, FastLlama, q4_1_blocks, q4_1_dequantized, q4_1_from_bytes, q4_1_quantized
+from speculative import autoregressive_generate, speculative_generate
+from tests.conftest import check_cache_against_full_forwards, check_tree_against_full_forwards, random_gpt
+from tests.test_llama import V, random_llama
+from tests.test_llama_exact import INSTALLED
+
+
+def q4_llama(seed=0, block_size=24, n_layer=2):  # a Llama whose rows are multiples of 32 weights: int4 runs it
+    return random_llama(seed, block_size=block_size, n_layer=n_layer, n_embd=64, n_hidden=64)
+
+
+@torch.no_grad()
+def dequantized_twin(model):  # -> the float32 Llama whose block matrices ARE model's Q4_1 blocks: the int4 reference
+    twin, blocks = copy.deepcopy(model), q4_1_blocks(model)
+    blocks.pop("quantized here")
+    state = twin.state_dict()
+    for name, raw in blocks.items():
+        state[name].copy_(q4_1_dequantized(*q4_1_from_bytes(raw, *state[name].shape)))
+    return twin
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_float32_cached_logits_equal_the_readable_llamas_uncached_ones(seed):
+    model = random_llama(seed, block_size=24)
+    check_cache_against_full_forwards(FastLlama(model), model, seed, vocab_size=V)  # within 1e-5
+
+
+@pytest.mark.parametrize("seed", range(2))
+def test_float32_tree_attention_logits_equal_each_paths_full_forward(seed):
+    model = random_llama(seed, block_size=24)
+    check_tree_against_full_forwards(FastLlama(model), model, seed, vocab_size=V)
+
+
+@pytest.mark.parametrize("k", [1, 3, "auto"])
+def test_float32_gives_the_readable_models_greedy_and_sampled_tokens(k):
+    target, draft = random_llama(0, block_size=16), random_llama(1, block_size=12, n_layer=1)
+    idx = torch.tensor([[3, 1, 4, 1, 5]])
+    plain, _ = autoregressive_generate(target, idx, 40, temperature=0)  # the readable path; the window slides
+    assert torch.equal(autoregressive_generate(FastLlama(target), idx, 40, temperature=0)[0], plain)
+    assert torch.equal(speculative_generate(FastLlama(target), draft, idx, 40, k=k, temperature=0)[0], plain)
+    if k != "auto":  # (auto's K follows the clock: the same seed need not give the same tokens)
+        run = lambda t: speculative_generate(t, draft, idx, 30, k=k, generator=torch.Generator().manual_seed(5))[0]
+        assert torch.equal(run(FastLlama(target)), run(target))
+
+
+# tolerance on the largest logit difference, as a share of the largest logit: bfloat16 keeps 8 bits of mantissa
+# (2^-8 = 0.4% per rounding), and these models' logits pass through 2 blocks of several roundings each
+TOLERANCE = {"bfloat16": 0.03, "int8": 0.05, "int4": 0.03}
+
+
+@torch.no_grad()
+@pytest.mark.parametrize("fmt", [f for f in FORMATS if f != "float32"])
+def test_each_format_is_close_to_the_model_its_weights_stand_for(fmt):
+    model = q4_llama(0)
+    reference = dequantized_twin(model) if fmt == "int4" else model  # int4: the float model OF its Q4_1 blocks
+    fast = FastLlama(model, fmt)
+    x = torch.tensor([[3, 1, 4, 1, 5, 9, 2, 6]])
+    want = reference(x)[0]
+    fast.reset_cache()
+    got, _ = fast(x, use_cache=True)
+    assert got.dtype == torch.float32 and fast.cache.k[0].dtype == torch.float32  # attention stays float32
+    err = (got - want).abs().max().item()
+    assert 0 < err < TOLERANCE[fmt] * want.abs().max().item(), (fmt, err)  # close, and yet another model
+    assert (fast(x)[0] - got).abs().max().item() < TOLERANCE[fmt] * want.abs().max().item()  # uncached: the same model
+    if fmt == "int4":  # the twin is the model the blocks stand for: nearer to it than to the unquantized weights
+        assert err < (model(x)[0] - want).abs().max().item()
+
+
+@pytest.mark.parametrize("fmt", [f for f in FORMATS if f != "float32"])
+def test_greedy_speculative_equals_each_formats_own_greedy_plain(fmt):
+    target, draft = q4_llama(0, block_size=16), q4_llama(1, block_size=12, n_layer=1)
+    fast, idx = FastLlama(target, fmt), torch.tensor([[3, 1, 4, 1, 5]])
+    plain, _ = autoregressive_generate(fast, idx, 30, temperature=0)
+    for k in (1, 3):
+        assert torch.equal(speculative_generate(fast, draft, idx, 30, k=k, temperature=0)[0], plain), k
+
+
+def test_the_q4_1_bytes_decode_as_ggml_defines_them():
+    w = torch.randn(8, 64)
+    raw = q4_1_quantized(w)
+    assert raw.shape == (8, 2 * 20)  # two blocks of 20 bytes a row
+    q, d, m = q4_1_from_bytes(raw, 8, 64)
+    ggml = torch.from_numpy(gguf.quants.dequantize(raw, gguf.GGMLQuantizationType.Q4_1))  # the gguf package's decoder
+    assert q.max() <= 15 and torch.equal(q4_1_dequantized(q, d, m), ggml)
+    assert (q4_1_dequantized(q, d, m) - w).abs().max() < (w.max() - w.min()) / 15  # at most a step per weight
+
+
+def test_bad_input_says_what_to_do():
+    with pytest.raises(ValueError, match="FastLlama runs pretrained/llama.py's Llama"):
+        FastLlama(random_gpt(0))
+    with pytest.raises(ValueError, match="unknown format"):
+        FastLlama(random_llama(0), "int3")
+    with pytest.raises(ValueError, match="blocks of 32 weights"):
+        FastLlama(random_llama(0), "int4")  # n_embd 32, n_hidden 48
+    with pytest.raises(ValueError, match="runs a Llama read from a GGUF file"):
+        with_decoder("fast-int4", random_gpt(0))
+    with pytest.raises(ValueError, match="decodes; for a loss"):
+        FastLlama(random_llama(0))(torch.tensor([[1, 2]]), targets=torch.tensor([[2, 3]]))
+    assert default_decoder(random_gpt(0)) == "fast" and default_decoder(random_llama(0)) == "fast"  # no Q4_1 file
+
+
+# ---- SmolLM2, the real file ------------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def smollm2():
+    if not INSTALLED:
+        pytest.skip(f"SmolLM2's GGUF file is not installed: {pretrained.PIP}")
+    return pretrained.load("smollm2", block_size=128)
+
+
+@torch.no_grad()
+def test_the_int4_blocks_are_the_files_own(smollm2):
+    """The file's Q4_1 bytes, decoded here, are exactly the float32 weights the gguf package dequantized: the int4
+    format runs the file's model, not a re-quantized copy."""
+    model, _ = smollm2
+    blocks, state = q4_1_blocks(model), model.state_dict()
+    assert blocks.pop("quantized here") is False and len(blocks) == 4 * model.config.n_layer
+    for name in ("transformer.h.0.attn.c_attn.weight", "transformer.h.29.mlp.c_proj.weight"):
+        w = state[name]
+        assert torch.equal(q4_1_dequantized(*q4_1_from_bytes(blocks[name], *w.shape)), w), name
+
+
+@torch.no_grad()
+def test_on_the_real_file_float32_is_the_readable_model_and_int4_is_near_it(smollm2):
+    model, tokenizer = smollm2
+    prompt = tokenizer.chat([{"role": "user", "content": "Name three colours."}])
+    x = torch.tensor([prompt])
+    want = model(x)[0][0, -3:]
+    fast = {fmt: FastLlama(model, fmt) for fmt in ("float32", "int4")}
+    for fmt, tol in (("float32", 1e-5), ("int4", 0.05)):  # int4: bfloat16 activations, scales and LM head
+        got = fast[fmt](x, use_cache=True)[0][0, -3:]
+        assert (got - want).abs().max().item() <= tol * max(1.0, want.abs().max().item()), fmt
+    plain, _ = autoregressive_generate(model, x, 8, temperature=0)
+    assert torch.equal(autoregressive_generate(fast["float32"], x, 8, temperature=0)[0], plain)
+    assert "as its Q4_1 blocks" in fast["int4"].about and fast["int4"].weight_bytes() < model.num_params()
+
+
+@torch.no_grad()
+def rows_of_wide_and_steps(fast, prompt, new):  # -> (logits of `new` in one forward, the same fed one at a time)
+    fast.reset_cache()
+    fast(prompt, use_cache=True)
+    P = fast.cache_len
+    wide = fast(new, use_cache=True)[0][0]
+    fast.crop(P)
+    return wide, torch.cat([fast(new[:, i:i + 1], use_cache=True)[0][0] for i in range(new.size(1))])
+
+
+def test_int4_computes_every_row_of_a_verification_as_the_one_token_step_bit_for_bit(smollm2):
+    """What makes greedy speculative equal greedy plain in int4: a (K+1)-token forward's rows ARE the one-token steps'
+    numbers. Attending the rows together (row_invariant off: torch's kernel sees T queries at once) breaks it: the
+    planted bug this test catches."""
+    model, tokenizer = smollm2
+    fast = FastLlama(model, "int4")
+    prompt = torch.tensor([tokenizer.chat([{"role": "user", "content": "Name three colours."}])])
+    new = torch.tensor([[504, 3575, 282, 4649, 314]])
+    wide, steps = rows_of_wide_and_steps(fast, prompt, new)
+    assert torch.equal(wide, steps)
+    fast.row_invariant = False
+    wide, steps = rows_of_wide_and_steps(fast, prompt, new)
+    assert not torch.equal(wide, steps)
