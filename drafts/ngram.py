@@ -13,7 +13,7 @@ ids seen. NGramDraft, drafts/cross_vocab.py and the tests' table models speak it
 writes next_logits(history) (docs/fork.md).
 
 What it leaves out: suffix trees over earlier outputs and other requests (several candidates, with their
-counts as q), and any learned model of which match to trust.
+counts as q: drafts/suffix.py), and any learned model of which match to trust.
 """
 
 import torch
@@ -88,41 +88,68 @@ class TokenListCache(nn.Module):
 
 
 class NGramDraft(TokenListCache):
-    """A draft without weights: find the last n tokens earlier in the prompt or the text so far, propose what
-    followed them (the most recent match; shorter suffixes down to 1 token when none; else repeat the last token).
+    """A draft without weights: find the last n tokens earlier in the prompt or the text so far (shorter suffixes
+    down to 1 token when none), and propose what followed the most recent match, as far as it goes (max_path
+    tokens at most): prompt lookup. Without a match it proposes nothing: k_for returns 0 and the round is one plain
+    target step, as in transformers' prompt lookup, vLLM's and llama.cpp's n-gram drafts.
 
-    q is a point mass on that token, so the acceptance test min(1, p(x)/q(x)) becomes p(x), and a rejection
+    q is a point mass on each proposed token, so the acceptance test min(1, p(x)/q(x)) becomes p(x), and a rejection
     resamples from norm(max(0, p - q)) = p with x removed: still exactly the target's distribution, because the
-    draft token is drawn from the very q the test uses. smoothing=e mixes in the uniform distribution,
+    draft token is drawn from the very q the test uses; how many tokens a round drafts is decided from the tokens
+    so far (k_for), as k="auto" decides K. smoothing=e mixes in the uniform distribution,
     q = (1 - e) onehot + e / V (before temperature, top-k and top-p, which apply to q's logits as to any draft's).
 
     It speaks model.GPT's cache interface (forward(idx, use_cache=True), reset_cache, crop, cache_len), so it is
     passed as the `draft` of speculative_generate. Its window is unbounded: it looks through everything so far.
-    [5, 1, 2, 5, 1] with n=2 -> proposes 2 (the suffix 5, 1 occurred at 0..1, followed by 2).
+    [5, 1, 2, 5, 1] with n=2 -> proposes 2, 5, 1 (the suffix 5, 1 occurred at 0..1, followed by 2, 5, 1).
     """
 
-    def __init__(self, vocab_size, n=3, smoothing=0.0):
+    def __init__(self, vocab_size, n=3, smoothing=0.0, max_path=10):
         super().__init__()
         if not isinstance(n, int) or n < 1:
             raise ValueError(f"the n-gram length n must be an int >= 1 (tokens to match), got {n!r}")
         if not 0.0 <= smoothing < 1.0:
             raise ValueError(f"smoothing must be in [0, 1) (0: a point mass), got {smoothing}")
-        self.n, self.smoothing = n, smoothing
+        if not isinstance(max_path, int) or max_path < 1:
+            raise ValueError(f"max_path (the most tokens a match proposes) must be an int >= 1, got {max_path!r}")
+        self.n, self.smoothing, self.max_path = n, smoothing, max_path
         self.config = GPTConfig(block_size=2 ** 62, vocab_size=vocab_size, n_layer=0)  # no window: never slides
+        self.last = ((), [])  # (the history a path was found for, the path): a round's drafts follow it
 
     def num_params(self):
         return 0
 
-    def propose(self, history):  # list of ids -> the id that followed the longest recent match of its suffix
+    def path(self, history):  # list of ids -> the ids that followed the longest recent match of its suffix ([]: none)
+        if tuple(history) == self.last[0]:
+            return self.last[1]
+        out = []
         for m in range(min(self.n, len(history) - 1), 0, -1):
             suffix, last = history[-m:], history[-1]
-            for j in range(len(history) - 2, m - 2, -1):  # j: where an earlier copy of the suffix ends
-                if history[j] == last and history[j - m + 1:j + 1] == suffix:
-                    return history[j + 1]
-        return history[-1]
+            j = next((j for j in range(len(history) - 2, m - 2, -1)  # j: where an earlier copy of the suffix ends
+                      if history[j] == last and history[j - m + 1:j + 1] == suffix), None)
+            if j is not None:
+                out = history[j + 1:j + 1 + self.max_path]
+                break
+        self.last = (tuple(history), out)
+        return out
+
+    def propose(self, history):  # -> the next token: the path's first, or without a match the last token again
+        path = self.path(history)
+        return path[0] if path else history[-1]
+
+    def k_for(self, tokens, K):  # -> how many drafts this round: the match's path, at most K (speculative_generate)
+        return min(K, len(self.path(tokens)))
 
     def next_logits(self, history):  # -> (V,) float64: log q
-        return point_mass(self.config.vocab_size, self.propose(history), self.smoothing)
+        """Within a round the drafts follow the path found at its start (k_for); elsewhere (a tree, a batch, the
+        first call) the history's own path."""
+        key, path = self.last
+        d = len(history) - len(key)
+        if 0 < d < len(path) and history[len(key):] == path[:d] and tuple(history[:len(key)]) == key:
+            x = path[d]
+        else:
+            x = self.propose(history)
+        return point_mass(self.config.vocab_size, x, self.smoothing)
 
 
 def point_mass(V, x, smoothing=0.0):  # -> (V,) float64: log of (1 - smoothing) onehot(x) + smoothing / V

@@ -10,7 +10,7 @@ import speculative
 import verifiers  # noqa: F401  (registers verify="block" and the others)
 from drafts.ngram import NGramDraft
 from engine.fast import FastGPT
-from speculative import speculative_generate
+from speculative import autoregressive_generate, speculative_generate
 from verifiers import block, lossy, tree
 from verifiers.lossy import total_variation
 from tests.conftest import TableModel, check_tree_against_full_forwards, random_gpt
@@ -132,9 +132,29 @@ def test_ngram_draft_proposes_what_followed_the_longest_recent_match():
     assert draft.propose([5, 1, 2, 5, 1]) == 2  # "5 1" was followed by 2
     assert draft.propose([1, 2, 7, 3, 2, 8, 1, 2]) == 7  # 3-gram "8 1 2" unseen; "1 2" last followed by 7
     assert draft.propose([4, 9, 4, 6, 4]) == 6  # the most recent match of "4" wins
-    assert draft.propose([1, 2, 3]) == 3  # no match at all: repeat the last token
+    assert draft.propose([1, 2, 3]) == 3  # no match at all: repeat the last token (a caller without k_for)
     logits = draft(torch.tensor([[5, 1, 2, 5, 1]]))[0][0]  # (T, V)
     assert torch.equal(speculative.sampling_probs(logits[-1]), torch.eye(10, dtype=torch.float64)[2])  # point mass
+
+
+def test_ngram_draft_drafts_as_far_as_the_match_goes_and_nothing_without_one():
+    draft = NGramDraft(10, n=3, max_path=4)
+    assert draft.path([5, 1, 2, 5, 1]) == [2, 5, 1] and draft.k_for([5, 1, 2, 5, 1], 8) == 3
+    assert draft.path([7, 1, 2, 3, 4, 5, 6, 1, 2]) == [3, 4, 5, 6]  # at most max_path
+    assert draft.k_for([7, 1, 2, 3, 4, 5, 6, 1, 2], 2) == 2  # at most K
+    assert draft.k_for([1, 2, 3], 4) == 0  # no match: no drafts, the round is one plain target step
+    h = [1, 2, 9, 1, 2, 3, 1, 2]  # "1 2" last followed by 3, 1, 2: a round of 3 drafts them one by one
+    assert draft.k_for(h, 3) == 3
+    assert [draft.next_logits(h + [3, 1, 2][:i]).argmax().item() for i in range(3)] == [3, 1, 2]
+
+
+def test_ngram_rounds_without_a_match_are_plain_steps_and_greedy_equals_plain():
+    target = random_gpt(3, vocab_size=11, block_size=64, n_layer=1)
+    idx = torch.tensor([[1, 2, 3, 4, 5, 1, 2, 3]])
+    spec, stats = speculative_generate(target, NGramDraft(11, n=2), idx, 30, k=4, temperature=0)
+    assert spec.tolist() == autoregressive_generate(target, idx, 30, temperature=0)[0].tolist()
+    Ks = [K for _, K, _ in stats.rounds]
+    assert Ks[0] >= 1 and 0 in Ks and stats.drafted == sum(Ks)
 
 
 # ---- several drafts at the root -----------------------------------------------------------------------------
