@@ -1,6 +1,7 @@
 """
 bench.py --profile: where the time goes. Forwards back to back (one token, K + 1 tokens, a draft step: the best case
-for c and v) and cProfile of one speculative run.
+for c and v) and cProfile of one speculative run; for a GGUF target first its weight formats against the memory's
+roof (benchmarks/formats.py).
 """
 
 import statistics
@@ -22,6 +23,11 @@ def profile(args, target, draft, prompts):
     import sys
     K = next((k for k in args.k if k != "auto"), 4)  # the first fixed K (4 if only auto was asked for)
     prompt, threads = prompts[0], torch.get_num_threads()
+    llama = getattr(target, "model", target)  # engine/llama.py's FastLlama wraps the Llama it runs
+    if hasattr(llama, "rope"):  # a Llama (a GGUF target): every weight format, beside the roof
+        from benchmarks.formats import drift_table, format_table
+        format_table(llama, prompt)
+        drift_table(llama, prompts[:4])
 
     def forward_ms(model, n, repeats=50):  # median ms of a forward of n tokens after the prompt
         model.reset_cache()

@@ -1,0 +1,121 @@
+"""
+bench.py --target smollm2 --profile: the Llama's weight formats (engine/llama.py) against the memory's roof.
+
+For each format: the one-token step in ms after a prompt, v at 2, 3, 5, 9 and 17 tokens (a forward of n tokens over
+the one-token step: what a round's verification costs), the bytes of weights a step reads, and the roof, those
+bytes over this CPU's read bandwidth measured in the same run: no step can beat one read of its weights. The
+readable Llama (eager, float32) is the first row. Formats are timed interleaved, a round of every format per
+repeat, so a slow spell of a shared machine hits them alike; each number is the median.
+"""
+
+import statistics
+import time
+
+import torch
+
+from engine.llama import FORMATS, FastLlama
+
+WIDTHS = (2, 3, 5, 9, 17)  # forwards of n tokens: a round of K = n - 1 drafts
+
+
+def read_bandwidth(mb=512, repeats=5):  # -> bytes per second this CPU reads (a sum over a tensor larger than its caches)
+    x = torch.ones(mb * 2 ** 20 // 4)
+    x.sum()
+    times = []
+    for _ in range(repeats):
+        tic = time.perf_counter()
+        x.sum()
+        times.append(time.perf_counter() - tic)
+    return x.numel() * 4 / min(times)
+
+
+def weight_bytes_eager(model):  # the readable model reads every parameter once per step (the tied head once)
+    return sum(p.numel() * p.element_size() for p in model.parameters())
+
+
+@torch.no_grad()
+def format_table(target, prompt, repeats=7, formats=FORMATS):
+    """-> rows (dict per format: step_ms, v at WIDTHS, bytes, roof_ms, roof share) and the bandwidth, printed."""
+    bandwidth = read_bandwidth()
+    models = {"eager float32": target} | {f: FastLlama(target, f) for f in formats}
+    times = {name: {n: [] for n in (1, *WIDTHS)} for name in models}
+    P = prompt.size(1)
+    for model in models.values():  # warm up every shape once: the first call of a kernel sets it up
+        model.reset_cache()
+        model(prompt, use_cache=True)
+        for n in (1, *WIDTHS):
+            model(prompt[:, :1].repeat(1, n), use_cache=True)
+            model.crop(P)
+    for _ in range(repeats):
+        for name, model in models.items():
+            for n in (1, *WIDTHS):
+                tokens = prompt[:, -1:].repeat(1, n)  # which tokens does not matter for the time
+                tic = time.perf_counter()
+                model(tokens, use_cache=True)
+                times[name][n].append(time.perf_counter() - tic)
+                model.crop(P)
+    rows = []
+    for name, model in models.items():
+        step = statistics.median(times[name][1])
+        nbytes = weight_bytes_eager(model) if name == "eager float32" else model.weight_bytes()
+        rows.append(dict(format=name, step_ms=1e3 * step, tok_s=1 / step,
+                         v={n: statistics.median(times[name][n]) / step for n in WIDTHS},
+                         weight_mb=nbytes / 1e6, roof_ms=1e3 * nbytes / bandwidth,
+                         roof_share=nbytes / bandwidth / step))
+    print(f"\nthe target's formats (engine/llama.py), after a {P}-token prompt, median of {repeats} interleaved; "
+          f"read bandwidth {bandwidth / 1e9:.1f} GB/s, {torch.get_num_threads()} threads")
+    print("| format | one-token step | tok/s | " + " | ".join(f"v({n})" for n in WIDTHS) +
+          " | weights read per step | roof (weights / bandwidth) | share of the roof |")
+    print("|---|---|---|" + "---|" * len(WIDTHS) + "---|---|---|")
+    for r in rows:
+        print(f"| {r['format']} | {r['step_ms']:.1f} ms | {r['tok_s']:.1f} | " +
+              " | ".join(f"{r['v'][n]:.2f}" for n in WIDTHS) +
+              f" | {r['weight_mb']:.0f} MB | {r['roof_ms']:.1f} ms | {100 * r['roof_share']:.0f}% |")
+    return rows, bandwidth
+
+
+@torch.no_grad()
+def drift(fast, prompt, new_tokens=48, width=5):
+    """How far a (width)-token verification forward's p is from the one-token step's at the same positions, in a
+    format: the prompt, then `new_tokens` greedy tokens fed one at a time (plain decoding) and again `width` at a
+    time (the forwards a round of K = width - 1 drafts makes). -> dict: the share of rows equal bit for bit, the
+    total variation distance between the two p at T = 1 (median, max), and the positions where the two argmaxes
+    differ with the step's margin between its top two logits there."""
+    fast.reset_cache()
+    logits = fast(prompt, use_cache=True)[0][0, -1]
+    steps, tokens = [], []
+    for _ in range(new_tokens):  # plain greedy decoding: each row is a one-token step
+        tokens.append(int(logits.argmax()))
+        logits = fast(torch.tensor([[tokens[-1]]]), use_cache=True)[0][0, -1]
+        steps.append(logits)
+    fast.reset_cache()
+    fast(prompt, use_cache=True)
+    wide = torch.cat([fast(torch.tensor([tokens[i:i + width]]), use_cache=True)[0][0]
+                      for i in range(0, new_tokens, width)])  # (new_tokens, V): the same rows, `width` at a time
+    steps = torch.stack(steps)
+    tv = 0.5 * (steps.softmax(-1) - wide.softmax(-1)).abs().sum(-1)  # (new_tokens,)
+    parted = (steps.argmax(-1) != wide.argmax(-1)).nonzero().flatten().tolist()
+    top2 = steps.topk(2, dim=-1).values
+    return dict(equal=(steps == wide).all(-1).float().mean().item(), tv_median=tv.median().item(),
+                tv_max=tv.max().item(), parted=[(i, (top2[i, 0] - top2[i, 1]).item()) for i in parted])
+
+
+def drift_table(target, prompts, formats=FORMATS, width=5):
+    """drift() of every format over the prompts, printed: is speculative sampling's verification computing the
+    plain step's p in this format, and where not, how far from it."""
+    print(f"\nthe verification's p against the one-token step's, {width} tokens a forward, greedy continuations of "
+          f"{len(prompts)} prompts (docs/exactness.md, 'Low precision'):")
+    print("| format | rows equal bit for bit | TV(p_step, p_verify) median | max | argmax differs (step's top-2 margin) |")
+    print("|---|---|---|---|---|")
+    rows = []
+    for fmt in formats:
+        fast = FastLlama(target, fmt)
+        runs = [drift(fast, p, width=width) for p in prompts]
+        tv = sorted(r["tv_median"] for r in runs)
+        parted = [m for r in runs for _, m in r["parted"]]
+        rows.append(dict(format=fmt, equal=statistics.mean(r["equal"] for r in runs), tv_median=statistics.median(tv),
+                         tv_max=max(r["tv_max"] for r in runs), parted=parted))
+        r = rows[-1]
+        print(f"| {fmt} | {100 * r['equal']:.0f}% | {r['tv_median']:.1e} | {r['tv_max']:.1e} | "
+              + (", ".join(f"{m:.3f}" for m in parted) if parted else "none") + " |")
+    return rows
