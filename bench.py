@@ -72,7 +72,7 @@ def get_args(argv=None):
                          "or a .gguf path; None means checkpoints/target.pt, the shipped one")
     ap.add_argument("--draft", default=None,
                     help=f"comma-separated drafts, each a checkpoint, a GPT-2 name or a draft by name ({', '.join(sorted(DRAFTS))}); "
-                         "None means checkpoints/draft.pt, gpt2 with --init_from, ngram with a GGUF target")
+                         "None means checkpoints/draft.pt, gpt2 with --init_from, suffix with a GGUF target")
     ap.add_argument("--verify", default="tokenwise",
                     help=f"comma-separated verifiers, from speculative.ROUNDS ({verifier_names()}): each draft x "
                          "verifier is a row")
@@ -162,7 +162,7 @@ def get_args(argv=None):
         ap.error("--prompts, --repeats and --max_new_tokens must be >= 1")
     args.target = args.target or SHIPPED["target"]
     if args.draft is None:
-        args.draft = "gpt2" if args.init_from else "ngram" if is_gguf(args.target) else SHIPPED["draft"]
+        args.draft = "gpt2" if args.init_from else "suffix" if is_gguf(args.target) else SHIPPED["draft"]
     args.verify = args.verify.split(",")
     check_verify_arguments(ap, args, args.verify)
     check_draft_arguments(ap, args, [d for d in args.draft.split(",") if d in DRAFTS])

@@ -80,7 +80,7 @@ def get_args(argv=None):
                          "one")
     ap.add_argument("--draft", default=None,
                     help=f"draft checkpoint, a GPT-2 name (gpt2, ...), a draft by name ({draft_names()}), or 'none' "
-                         "for plain sampling; None means checkpoints/draft.pt, gpt2 with --init_from, ngram with a "
+                         "for plain sampling; None means checkpoints/draft.pt, gpt2 with --init_from, suffix with a "
                          "GGUF target")
     ap.add_argument("--init_from", default=None, choices=GPT2_NAMES,
                     help="target = pretrained GPT-2 via transformers (cached or downloadable) instead of --target")
@@ -151,7 +151,7 @@ def get_args(argv=None):
         ap.error("--start is the text continued as it is, --prompt a request in the chat template: give one")
     args.target = args.target or SHIPPED["target"]
     if args.draft is None:
-        args.draft = "gpt2" if args.init_from else "ngram" if is_gguf(args.target) else SHIPPED["draft"]
+        args.draft = "gpt2" if args.init_from else "suffix" if is_gguf(args.target) else SHIPPED["draft"]
     return args
 
 

@@ -21,8 +21,11 @@ the very q the acceptance test uses; and how many tokens a round drafts is decid
     SuffixDraft(V, corpus=train_ids)                                        # --suffix_corpus data: the training text
 
 The path's probability, as the paper estimates it: each step multiplies by the share of the occurrences still
-on the path that continue with the chosen token. Defaults (min_match 6, min_prob 0.3) were set on prompts from the
-training text, not the benchmark's: shorter matches proposed too often at T = 1 (0.92x at min_match 4).
+on the path that continue with the chosen token. The defaults depend on what a token is: on the Shakespeare model's
+characters, min_match 6 (set on prompts from the training text, not the benchmark's: shorter matches proposed too
+often at T = 1, 0.92x at min_match 4); on a chat model's BPE tokens, min_match 2 (scripts/tune_lookups.py: greedy
+rounds simulated on the target's answers to training requests, data.chat_requests, none of the suite's; 1 drafts in
+half the rounds and loses, 3 and more draft too rarely). min_prob 0.3 for both.
 
 What it leaves out: the paper's tree of several candidate paths (verified as a tree), and sharing one suffix tree
 across requests (a batch's rows).
@@ -33,7 +36,7 @@ import torch
 
 import speculative
 from drafts.ngram import TokenListCache, point_mass
-from model import GPTConfig
+from model import GPT, GPTConfig
 from speculative import Drafter
 
 PATH_MAX = 64  # the longest path proposed: a round drafts at most this many tokens
@@ -267,15 +270,26 @@ def corpus_ids(target, corpus):
         raise ValueError(f"--suffix_corpus {corpus}: its text does not fit the target's tokenizer ({e})")
 
 
+MIN_MATCH = {"char": 6, "bpe": 2}  # suffix_min_match=0: by the target's kind of tokenizer (the module's docstring)
+
+
+def min_match_for(target):  # -> the shortest match that proposes, for the target's tokenizer: characters or BPE
+    kind = (getattr(target, "meta", None) or {}).get("tokenizer", {}).get("kind")
+    if kind is None:  # no tokenizer recorded: a model.GPT of this project (characters, its default) or a Llama (BPE)
+        kind = "char" if isinstance(target, GPT) else "bpe"
+    return MIN_MATCH["char" if kind == "char" else "bpe"]  # gguf: a pretrained model's BPE
+
+
 def check_suffix(suffix_min_match, suffix_min_prob, suffix_corpus="", suffix_over=""):
-    if not isinstance(suffix_min_match, int) or suffix_min_match < 1:
-        raise ValueError(f"suffix_min_match must be an int >= 1, got {suffix_min_match!r}")
+    if not isinstance(suffix_min_match, int) or suffix_min_match < 0:
+        raise ValueError(f"suffix_min_match must be an int >= 1 (or 0: chosen by the tokenizer), got {suffix_min_match!r}")
     if not 0.0 <= suffix_min_prob < 1.0:
         raise ValueError(f"suffix_min_prob must be in [0, 1), got {suffix_min_prob!r}")
 
 
-def make(target, suffix_min_match=6, suffix_min_prob=0.3, suffix_corpus="", suffix_over=""):
+def make(target, suffix_min_match=0, suffix_min_prob=0.3, suffix_corpus="", suffix_over=""):
     corpus = corpus_ids(target, suffix_corpus) if suffix_corpus else None
+    suffix_min_match = suffix_min_match or min_match_for(target)
     draft = SuffixDraft(target.config.vocab_size, min_match=suffix_min_match, min_prob=suffix_min_prob,
                         max_match=max(16, suffix_min_match), corpus=corpus)
     if not suffix_over:
@@ -295,9 +309,10 @@ def make(target, suffix_min_match=6, suffix_min_prob=0.3, suffix_corpus="", suff
 
 
 speculative.DRAFTS["suffix"] = Drafter(
-    make, dict(suffix_min_match=6, suffix_min_prob=0.3, suffix_corpus="", suffix_over=""),
+    make, dict(suffix_min_match=0, suffix_min_prob=0.3, suffix_corpus="", suffix_over=""),
     check=check_suffix, doc="suffix decoding, no model: the longest earlier match's most frequent continuation; lossless",
-    help=dict(suffix_min_match="with --draft suffix: the shortest match that proposes anything",
+    help=dict(suffix_min_match="with --draft suffix: the shortest match that proposes anything; 0 (default): 6 tokens "
+                               "for a character tokenizer, 2 for BPE (scripts/tune_lookups.py)",
               suffix_min_prob="with --draft suffix: the least estimated probability of the proposed path",
               suffix_corpus="with --draft suffix: also match in this text ('data': the training text; 'python': Python's own "
                             "documentation and standard library), as REST",
