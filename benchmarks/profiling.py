@@ -26,8 +26,16 @@ def profile(args, target, draft, prompts):
     llama = getattr(target, "model", target)  # engine/llama.py's FastLlama wraps the Llama it runs
     if hasattr(llama, "rope"):  # a Llama (a GGUF target): every weight format, beside the roof
         from benchmarks.formats import drift_table, format_table
-        format_table(llama, prompt)
-        drift_table(llama, prompts[:4])
+        formats, bandwidth = format_table(llama, prompt)
+        drift = drift_table(llama, prompts[:4])
+        if args.json:  # beside the sweep's rows: notebook 08 and the README read the formats from here
+            import json
+            import os
+            from benchmarks.common import machine
+            with open(os.path.splitext(args.json)[0] + "_formats.json", "w") as fh:
+                json.dump(dict(target=llama.about, machine=machine(), threads=torch.get_num_threads(),
+                               prompt_tokens=prompt.size(1), bandwidth_gb_s=bandwidth / 1e9, formats=formats,
+                               drift=drift), fh, indent=1)
 
     def forward_ms(model, n, repeats=50):  # median ms of a forward of n tokens after the prompt
         model.reset_cache()
