@@ -74,10 +74,11 @@ class AutoK:
     AutoK(k_max=16, k_first=4, costs=None). costs=(c, v) fixes c and a function v(K) instead of measuring
     (deterministic: for tests and what-ifs). Pass one object as k= to several calls to keep what it learned.
     refit: the measured costs are fitted again every this many rounds (1: every round).
+    probe: where no K pays, K = 0 (one plain target step) for at most this many rounds in a row, then one round drafts.
     """
 
     def __init__(self, k_max=16, k_first=4, costs=None, recent=32, memory=None, setting=None, prior=64, own_after=4,
-                 refit=8):
+                 refit=8, probe=8):
         if not isinstance(k_max, int) or isinstance(k_max, bool) or k_max < 1:
             raise ValueError(f"AutoK: k_max must be an int >= 1, got {k_max!r}")
         if not isinstance(k_first, int) or isinstance(k_first, bool) or not 1 <= k_first <= k_max:
@@ -100,6 +101,7 @@ class AutoK:
         self.tested, self.passed = ([n * scale for n in counts] for counts in self.depth_counts)  # earlier calls'
         self.chosen = []  # K chosen before each round (before clipping to the tokens and window left)
         self.refit, self.costs_of, self.since_fit = refit, None, 0  # round costs by K, fitted every `refit` rounds
+        self.probe, self.zeros = probe, 0  # K = 0 (no draft) at most `probe` rounds in a row, then one round drafts
 
     @classmethod
     def remembered(cls, target, draft, device, setting, batch=1, **kw):
@@ -186,7 +188,13 @@ class AutoK:
             K = self.k_first  # nothing measured yet (the first forwards read the prompt)
         else:  # Theorem 3.8 with the acceptance by position: tokens per round / cost of the round
             tokens, cost = self.expected_tokens(), self.costs_of
-            K = max(range(1, self.k_max + 1), key=lambda K: tokens[K] / cost[K])
+            best = max(range(1, self.k_max + 1), key=lambda K: tokens[K] / cost[K])
+            # K = 0, one plain target step (1 token at cost[0]), where no K pays: a draft whose first position is
+            # rarely kept. subtle: a round of K = 0 tests no draft, so the acceptance would never be read again;
+            # every `probe`-th such round drafts `best` instead, and a draft that starts to be kept is seen
+            zero = tokens[best] / cost[best] < 1.0 / cost[0] and self.zeros < self.probe
+            K = 0 if zero else best
+            self.zeros = self.zeros + 1 if zero else 0
         self.chosen.append(K)
         return min(K, limit)
 

@@ -8,9 +8,9 @@ from speculative import autoregressive_generate, speculative_generate
 from tests.conftest import random_gpt
 
 
-def best_k(alpha, cost, k_max):  # brute force, written independently of AutoK
-    speedups = [(1 - alpha ** (K + 1)) / (1 - alpha) / cost(K) for K in range(1, k_max + 1)]
-    return 1 + speedups.index(max(speedups))
+def best_k(alpha, cost, k_max):  # brute force, written independently of AutoK; K = 0: one plain target step
+    speedups = [(1 - alpha ** (K + 1)) / (1 - alpha) / cost(K) for K in range(0, k_max + 1)]
+    return speedups.index(max(speedups))
 
 
 def best_k_by_position(rounds, cost, k_max):
@@ -39,6 +39,16 @@ def test_fixed_costs_give_the_argmax_of_theorem_3_8(kept, rejections):
     auto = AutoK(k_max=12, costs=(0.1, v))
     auto.kept, auto.rejections = kept, rejections
     assert auto.choose(12) == best_k(auto.alpha, lambda K: 0.1 * K + v(K), 12)
+
+
+def test_where_no_k_pays_auto_drafts_nothing_but_probes_every_few_rounds():
+    """alpha 1/7 at c 0.1: every K costs more than it brings, so K = 0 (one plain step), except one round in
+    `probe` + 1, which drafts to measure the acceptance again."""
+    auto = AutoK(k_max=8, costs=(0.1, lambda K: 1 + 0.08 * K), probe=3)
+    auto.kept, auto.rejections = 0, 5
+    assert [auto.choose(8) for _ in range(8)] == [0, 0, 0, 1, 0, 0, 0, 1]
+    auto.kept = 50  # the draft starts to be kept: rounds draft again
+    assert auto.choose(8) >= 1
 
 
 def test_more_acceptance_or_cheaper_drafts_mean_longer_rounds():
@@ -192,7 +202,8 @@ def test_auto_greedy_equals_plain_greedy_and_k_varies():
     auto = AutoK()
     spec, stats = speculative_generate(target, draft, idx, 60, k=auto, temperature=0)
     assert torch.equal(plain, spec)
-    assert len(auto.chosen) == len(stats.rounds) and all(1 <= K <= auto.k_max for K in auto.chosen)
+    assert len(auto.chosen) == len(stats.rounds) and all(0 <= K <= auto.k_max for K in auto.chosen)
+    assert len(set(auto.chosen)) > 1  # (this pair's drafts are rarely kept: mostly K = 0, a probe now and then)
     spec2, _ = speculative_generate(target, draft, idx, 60, k="auto", temperature=0)
     assert torch.equal(plain, spec2)
 
