@@ -18,7 +18,7 @@ from engine.llama import FORMATS, FastLlama
 WIDTHS = (2, 3, 5, 9, 17)  # forwards of n tokens: a round of K = n - 1 drafts
 
 
-def read_bandwidth(mb=512, repeats=5):  # -> bytes per second this CPU reads (a sum over a tensor larger than its caches)
+def read_bandwidth(mb=512, repeats=5):  # -> bytes per second this CPU reads: a sum over a tensor larger than its caches
     x = torch.ones(mb * 2 ** 20 // 4)
     x.sum()
     times = []
@@ -105,7 +105,8 @@ def drift_table(target, prompts, formats=FORMATS, width=5):
     plain step's p in this format, and where not, how far from it."""
     print(f"\nthe verification's p against the one-token step's, {width} tokens a forward, greedy continuations of "
           f"{len(prompts)} prompts (docs/exactness.md, 'Low precision'):")
-    print("| format | rows equal bit for bit | TV(p_step, p_verify) median | max | argmax differs (step's top-2 margin) |")
+    print("| format | rows equal bit for bit | TV(p_step, p_verify) median | max | "
+          "argmax differs (step's top-2 margin) |")
     print("|---|---|---|---|---|")
     rows = []
     for fmt in formats:

@@ -50,9 +50,11 @@ def test_at_the_start_it_drafts_what_eagle_1_with_the_same_weights_drafts():
     e1 = EagleDraft(target)
     e1.load_state_dict({k: v for k, v in e3.state_dict().items() if not k.startswith("reduce.")})
     idx = torch.tensor([[1, 2, 3, 4, 5, 6]])
-    outs = [speculative_generate(target, d, idx, 20, k=3, generator=torch.Generator().manual_seed(2))
-            for d in (e1, e3)]
+    # greedy: the drafts are the argmax of q, so equal rounds mean the same drafts; a sampled comparison would hang
+    # on float rounding (the zeroed blocks still add 0 * x), which moves a draw where the uniform lands on a boundary
+    outs = [speculative_generate(target, d, idx, 20, k=3, temperature=0) for d in (e1, e3)]
     assert outs[0][0].tolist() == outs[1][0].tolist() and outs[0][1].rounds == outs[1][1].rounds
+    assert any(kept for _, _, kept in outs[0][1].rounds)  # some drafts kept: the rounds say what was drafted
     plain, _ = autoregressive_generate(target, idx, 20, temperature=0)
     assert speculative_generate(target, e3, idx, 20, k=3, temperature=0)[0].tolist() == plain.tolist()
 
