@@ -49,7 +49,7 @@ from drafts.cross_vocab import CrossVocabDraft, shared_mass
 from drafts import heads
 from drafts.heads import ReadsTarget
 from engine.cpu import add_threads_argument, use_threads
-from engine.fast import DECODERS, default_decoder, with_decoder
+from engine.fast import DECODERS, default_decoder, refusal, with_decoder
 from engine.hf import GPT2_NAMES  # pretrained GPT-2 through transformers (optional; imported only when used)
 import pretrained
 from model import GPT, SHIPPED, load_checkpoint
@@ -483,9 +483,9 @@ def decoder_for(decoder, target, device="cpu"):  # -> the --decoder the target r
     """None: engine/fast.py's default_decoder. fast-int8 and fast-int4 run a Llama (a GGUF target) on a CPU."""
     if decoder is None:
         return default_decoder(target, device)
-    if decoder in ("fast-int8", "fast-int4") and (isinstance(target, GPT) or not str(device).startswith("cpu")):
-        raise SystemExit(f"--decoder {decoder} runs a GGUF target (--target smollm2) on a CPU (torch's weight-only "
-                         "kernels); use fast or fast-bf16" + ("" if isinstance(target, GPT) else f" on {device}"))
+    why = refusal(decoder, target)
+    if why:
+        raise SystemExit(why)
     return decoder
 
 

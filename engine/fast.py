@@ -126,22 +126,40 @@ def with_decoder(name, target, draft=None):
         return target, draft
     wrap = lambda m, dtype=torch.float32: FastGPT(m, dtype) if isinstance(m, GPT) and not getattr(
         m, "quantized", False) else m  # not None, NGramDraft, nor an int8 copy (drafts/self_drafts.py): as they are
+    why = refusal(name, target) if target is not None else None
+    if why:
+        raise ValueError(why)
     if target is not None and not isinstance(target, GPT):  # a Llama
         from engine.llama import FastLlama
         return FastLlama(target, FORMAT_OF[name]), wrap(draft)
-    if name in ("fast-int8", "fast-int4") and target is not None:
-        raise ValueError(f"--decoder {name} runs a Llama read from a GGUF file (--target smollm2); for this model.GPT "
-                         "use fast or fast-bf16")
     return wrap(target, torch.bfloat16 if name == "fast-bf16" else torch.float32), wrap(draft)
+
+
+def refusal(name, target):  # -> why decoder `name` cannot run `target`, in one line, or None
+    """fast-int8 and fast-int4 run a Llama (a GGUF target) through torch's weight-only CPU kernels: with_decoder
+    raises it, sample.py and bench.py say it before anything else loads."""
+    if name not in ("fast-int8", "fast-int4"):
+        return None
+    if isinstance(target, GPT):
+        return (f"--decoder {name} runs a Llama read from a GGUF file (--target smollm2) on a CPU (torch's weight-only "
+                "kernels); for this model.GPT use fast or fast-bf16")
+    device = next(target.parameters()).device
+    if device.type != "cpu":
+        return (f"--decoder {name} runs a Llama read from a GGUF file on a CPU (torch's weight-only kernels); on "
+                f"{device} use fast or fast-bf16")
+    return None
 
 
 def default_decoder(target, device="cpu"):
     """-> the decoder a run takes when --decoder is not given: the fastest the benchmarks back (BENCHMARKS.md, "The
     Llama's formats"). A model.GPT: fast. A Llama read from a Q4_1 GGUF file, on a CPU with bfloat16 units
     (AVX512-BF16 or AMX): fast-int4, the file's own blocks (its step reads 123 MB of weights where float32 reads
-    538). Any other Llama, or another CPU: fast (float32), whose logits are the readable model's."""
-    if isinstance(target, GPT) or not str(device).startswith("cpu"):
-        return "fast-bf16" if not isinstance(target, GPT) and str(device).startswith("cuda") else "fast"
+    538). A Llama on a GPU: fast-bf16. Any other Llama or CPU: fast (float32), whose logits are the readable model's."""
+    device = str(device)
+    if isinstance(target, GPT) or not device.startswith(("cpu", "cuda")):
+        return "fast"
+    if device.startswith("cuda"):
+        return "fast-bf16"
     from engine.cpu import has_bf16_units
     from engine.llama import q4_1_file
     return "fast-int4" if has_bf16_units() and q4_1_file(target) else "fast"

@@ -113,7 +113,6 @@ class FastLlama(nn.Module):
         self.model, self.config, self.format = model, model.config, fmt
         c = model.config
         self.hs = c.n_embd // c.n_head
-        self.dtype = torch.float32 if fmt == "float32" else torch.bfloat16  # the matrix products' inputs
         if fmt == "int4" and (c.n_embd % Q4_1_BLOCK or c.n_hidden % Q4_1_BLOCK):
             raise ValueError(f"the int4 format runs blocks of {Q4_1_BLOCK} weights along each row, but this model's "
                              f"rows hold n_embd={c.n_embd} and n_hidden={c.n_hidden} weights: use bfloat16 or int8")
@@ -161,10 +160,6 @@ class FastLlama(nn.Module):
         self.cache.compact(n, slots)
         if self.features is not None:  # the last forward's features follow (model.Features.compacted)
             self.features = self.model.features = self.features.compacted(n, slots)
-
-    @property
-    def keep_layers(self):  # the drafts that read the target set it on the model they were built for
-        return self.model.keep_layers
 
     # ---- one forward ------------------------------------------------------------------------------------------
 
