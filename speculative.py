@@ -188,6 +188,7 @@ class CachedModel:
     def __init__(self, model, device):
         self.model, self.device, self.W = model, device, model.config.block_size
         self.start, self.forwards = 0, []  # (tokens fed, seconds) of each forward
+        self.filled = (0, 0.0)  # (tokens, seconds) of a prompt read apart (fill), counted with the next forward
         model.reset_cache()
 
     def logits(self, tokens, t, n):  # -> (n, V): position t+i predicted from x[s(t):t+i], for i < n
@@ -201,6 +202,12 @@ class CachedModel:
             self.model.crop(0)
             self.start = s
         assert self.model.cache_len <= t - 1 - s, "stale tokens in the cache: rollback() after a rejection"
+        if getattr(self.model, "prefills", False) and self.model.cache_len == 0 and t - 1 > s:
+            # an engine's prefill (engine/llama.py): the tokens before x_{t-1} in one forward of their own, the same
+            # in every sampler, as they all score from x_{t-1} on; its time counts with the forward that follows
+            tic = time.perf_counter()
+            self.model.fill(torch.tensor([tokens[s:t - 1]], device=self.device))
+            self.filled = (t - 1 - s, time.perf_counter() - tic)
         return tokens[s + self.model.cache_len:t + n - 1]
 
     def forward(self, ids, **tree):  # list of T ids -> logits (1, T, V), appended to the cache and timed
@@ -209,7 +216,9 @@ class CachedModel:
         logits, _ = self.model(new, use_cache=True, **tree)  # (1, T, V); tree: pos, mask (verifiers/tree.py)
         if self.device.type == "cuda":
             torch.cuda.synchronize()  # honest timings: wait for the GPU
-        self.forwards.append((len(ids), time.perf_counter() - tic))
+        fed, seconds = self.filled
+        self.filled = (0, 0.0)
+        self.forwards.append((len(ids) + fed, time.perf_counter() - tic + seconds))
         return logits
 
     times = property(lambda self: [s for _, s in self.forwards])  # seconds of each forward

@@ -24,7 +24,9 @@ The formats (FORMATS), each another target, named on every printed line (FastLla
             the Q8_0 LM head in bfloat16. A model not read from a Q4_1 file is quantized to Q4_1 here, as
             llama.cpp's llama-quantize does (gguf.quants), and its `about` says so.
 In bfloat16 and below, a row of a (K+1)-token forward need not equal the one-token step bit for bit: see
-docs/exactness.md, "Low precision". Speculative sampling stays exact for the p its verification computes.
+docs/exactness.md, "Low precision". Speculative sampling stays exact for the p its verification computes. In those
+formats a prompt is read apart (fill, called by speculative.CachedModel in every sampler) through the float32
+weights in one batched forward, as an engine's prefill: the weight-only kernels are made for one row.
 
 What it leaves out: batches (engine/batched.py runs the readable model's per-row cache), torch.compile (measured
 in BENCHMARKS.md, "The Llama's formats"), and training (use the Llama).
@@ -134,6 +136,13 @@ class FastLlama(nn.Module):
         self.cache = None
         self.features = None  # Features of the last cached forward (set on the wrapped model too)
         self.row_invariant = fmt != "float32"  # a chain's wide forward computes each row as the one-token step does
+        # a prompt is read in a forward of its own (speculative.CachedModel calls fill): the weight-only formats'
+        # kernels are made for one row, so the prompt's rows go through the float32 weights, which for a Q4_1 file
+        # are its blocks dequantized (the same numbers), in one batched forward
+        self.prefills = fmt != "float32"
+        if self.prefills and "float32" not in made:
+            made["float32"] = prepared(model, "float32")  # the model's own tensors: no copy
+        self.fill_layers = made["float32"][0] if self.prefills else None
         about = getattr(model, "about", type(model).__name__)
         self.about = about if fmt == "float32" else (
             f"{about}, then cast to bfloat16" if fmt == "bfloat16" else
@@ -172,15 +181,32 @@ class FastLlama(nn.Module):
         assert use_cache or (pos is None and mask is None), "a tree of tokens (pos, mask) needs use_cache=True"
         assert B == 1 or not use_cache, "FastLlama decodes one sequence at a time (B=1)"
         pos, mask = cache.place(T, pos, mask)  # where the new tokens sit (slice or (T,)), what each sees
-        cos, sin = self.cos[pos], self.sin[pos]  # (T, hs) each
         # subtle: in bfloat16, torch's attention kernel rounds a query row differently with other rows beside it, so
         # the (K+1)-token verification would not compute the one-token step's p (greedy outputs part at near-ties).
         # A chain's rows then attend one at a time, each over the keys its own step sees: the same call, bit for bit
         rows = self.row_invariant and use_cache and T > 1 and isinstance(pos, slice)
-        nh, nkv, hs, fmt, eps = c.n_head, c.n_kv_head, self.hs, self.format, c.norm_eps
+        x, kept = self.blocks(idx, cache, pos, mask, rows, self.layers, self.format)
+        features = Features(cache.start, idx, x, tuple(kept))
+        if use_cache:
+            self.features = self.model.features = features  # on the wrapped model too: the heads read it there
+        logits = matmul(self.head_format, F.rms_norm(x, (c.n_embd,), self.ln_f, c.norm_eps), self.head)
+        return logits.float(), None
+
+    def fill(self, idx):  # (1, T): a prompt's tokens into the empty cache, in one batched float32 forward, no logits
+        """The prefill of an engine: speculative.CachedModel reads the tokens before the first scored position
+        here when the cache is empty (a call's start, a slid window), in plain and speculative sampling alike, so both
+        go on from the same cache. What it leaves out: the features (a head reads the prompt itself)."""
+        assert self.cache.length == 0, "fill reads a prompt into an empty cache"
+        pos, mask = self.cache.place(idx.size(1), None, None)
+        self.blocks(idx, self.cache, pos, mask, False, self.fill_layers, "float32")
+
+    def blocks(self, idx, cache, pos, mask, rows, layers, fmt):  # (B, T) -> (residual (B, T, C), kept layers' outputs)
+        c, (B, T) = self.config, idx.size()
+        cos, sin = self.cos[pos], self.sin[pos]  # (T, hs) each
+        nh, nkv, hs, eps = c.n_head, c.n_kv_head, self.hs, c.norm_eps
         x = self.wte[idx]  # (B, T, C) float32: the residual stream stays float32
         keep, kept = self.model.keep_layers, []
-        for i, (ln1, qkv_w, proj_w, ln2, fc_w, down_w) in enumerate(self.layers):
+        for i, (ln1, qkv_w, proj_w, ln2, fc_w, down_w) in enumerate(layers):
             qkv = matmul(fmt, F.rms_norm(x, (c.n_embd,), ln1, eps), qkv_w).float()  # q, k, v in float32 from here
             qkv = qkv.view(B, T, nh + 2 * nkv, hs).transpose(1, 2)  # (B, nh + 2 nkv, T, hs)
             qk = qkv[:, :nh + nkv]  # (B, nh + nkv, T, hs): queries and keys turn by their positions; values do not
@@ -192,11 +218,7 @@ class FastLlama(nn.Module):
             x = x + matmul(fmt, F.silu(gate) * up, down_w)  # SwiGLU
             if i in keep:
                 kept.append(x)
-        features = Features(cache.start, idx, x, tuple(kept))
-        if use_cache:
-            self.features = self.model.features = features  # on the wrapped model too: the heads read it there
-        logits = matmul(self.head_format, F.rms_norm(x, (c.n_embd,), self.ln_f, eps), self.head)
-        return logits.float(), None
+        return x, kept
 
 
 @functools.lru_cache(maxsize=2)

@@ -11,7 +11,7 @@ import torch
 import pretrained
 from engine.fast import default_decoder, with_decoder
 from engine.llama import FORMATS, FastLlama, q4_1_blocks, q4_1_dequantized, q4_1_from_bytes, q4_1_quantized
-from speculative import autoregressive_generate, speculative_generate
+from speculative import autoregressive_generate, context_start, speculative_generate
 from tests.conftest import check_cache_against_full_forwards, check_tree_against_full_forwards, random_gpt
 from tests.test_llama import V, random_llama
 from tests.test_llama_exact import INSTALLED
@@ -85,6 +85,34 @@ def test_greedy_speculative_equals_each_formats_own_greedy_plain(fmt):
     plain, _ = autoregressive_generate(fast, idx, 30, temperature=0)
     for k in (1, 3):
         assert torch.equal(speculative_generate(fast, draft, idx, 30, k=k, temperature=0)[0], plain), k
+
+
+@torch.no_grad()
+@pytest.mark.parametrize("fmt", [f for f in FORMATS if f != "float32"])
+def test_a_prompt_is_read_apart_in_one_float32_forward_and_both_samplers_go_on_from_it(fmt, monkeypatch):
+    """The weight-only formats prefill: the tokens before x_{t-1} in one batched forward through the float32 weights
+    (whose keys and values are the float32 format's own), then the scored rows in the format; once per call and
+    per slid window, in plain and speculative sampling alike."""
+    target = q4_llama(0, block_size=16)
+    fast, twin, idx = FastLlama(target, fmt), FastLlama(target), torch.tensor([[3, 1, 4, 1, 5, 9, 2]])
+    fills = []
+    real_fill = FastLlama.fill
+    monkeypatch.setattr(FastLlama, "fill", lambda self, ids: fills.append(ids[0].tolist()) or real_fill(self, ids))
+    fast.reset_cache()
+    fast.fill(idx[:, :-1])
+    twin.reset_cache()
+    twin(idx[:, :-1], use_cache=True)
+    for layer in range(target.config.n_layer):  # the prompt's keys and values: float32's, bit for bit
+        assert torch.equal(fast.cache.k[layer][:, :, :6], twin.cache.k[layer][:, :, :6])
+        assert torch.equal(fast.cache.v[layer][:, :, :6], twin.cache.v[layer][:, :, :6])
+    windows = len({context_start(t, 16) for t in range(7, 7 + 20)})  # the call's start, then each slide (W = 16)
+    fills.clear()
+    _, plain = autoregressive_generate(fast, idx, 20, temperature=0)
+    assert fills[0] == idx[0, :-1].tolist() and len(fills) == windows == 3
+    assert plain.target_calls == 20  # the fill counts with the forward after it: a call per token, as before
+    fills.clear()
+    speculative_generate(fast, q4_llama(1, block_size=12, n_layer=1), idx, 20, k=3, temperature=0)
+    assert fills[0] == idx[0, :-1].tolist() and len(fills) == windows
 
 
 def test_the_q4_1_bytes_decode_as_ggml_defines_them():
