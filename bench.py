@@ -59,7 +59,7 @@ from engine.fast import DECODERS, with_decoder  # noqa: F401
 from engine.hf import GPT2_NAMES  # pretrained GPT-2 through transformers (optional; imported only when used)
 from model import SHIPPED
 from sample import (HELP, add_plugin_argument, add_registry_arguments, check_draft_arguments, check_verify_arguments,
-                    decoder_for, import_plugins, is_gguf, load, parse_k, verifier_names)
+                    check_weights_before_load, decoder_for, import_plugins, is_gguf, load, parse_k, verifier_names)
 from speculative import DRAFTS, round_for
 
 
@@ -81,7 +81,8 @@ def get_args(argv=None):
                     help="target = pretrained GPT-2 via transformers (cached or downloadable) instead of --target")
     ap.add_argument("--k", default=None,
                     help="comma-separated draft lengths; auto chooses K before each round (choose_k.py). "
-                         "Default 1,2,3,4,5,6,7,8,auto; 4 with --suite")
+                         "Default 1,2,3,4,5,6,7,8,auto; 4 with --suite, where a chat model's drafts carry their own "
+                         "@auto")
     ap.add_argument("--settings", default=None,
                     help=f"comma-separated, from {list(SETTINGS)}; default all, t0,t1.0 with --suite")
     ap.add_argument("--decoder", default=None,
@@ -121,6 +122,10 @@ def get_args(argv=None):
                          "--hf adds transformers' prompt lookup), every named draft, T = 0 and 1, "
                          "speedup mean +- std over --repeats (default 3), tau, alpha by draft position, greedy checked "
                          "equal to plain (see suite_report)")
+    ap.add_argument("--export_requests", default=None, metavar="FILE.jsonl",
+                    help="with --target smollm2: write the chat suite's requests (--prompts of each category) one per "
+                         "line as JSON, {category, messages, prompt, output_tokens = --max_new_tokens}, the shape "
+                         "serving benchmarks replay (docs/engines.md), then stop; nothing is timed")
     ap.add_argument("--hf", action="store_true",
                     help="also time transformers on the same model (see compare_with_hf): its assisted generation "
                          "(generate(assistant_model=...)) on the exported pair, or, for a GGUF target, its plain "
@@ -128,7 +133,7 @@ def get_args(argv=None):
     args = ap.parse_args(argv)
     args.k = args.k or ("4" if args.suite else "1,2,3,4,5,6,7,8,auto")
     args.settings = args.settings or ("t0,t1.0" if args.suite else ",".join(SETTINGS))
-    chat_suite = args.suite and bool(args.target) and is_gguf(args.target)  # a chat model's requests (chat_tasks.py)
+    chat_suite = (args.suite or bool(args.export_requests)) and bool(args.target) and is_gguf(args.target)  # its requests
     args.prompts = args.prompts if args.prompts is not None or chat_suite else 4
     args.repeats = (1 if chat_suite else 3 if args.suite else 5) if args.repeats is None else args.repeats
     if chat_suite and args.draft is None:
@@ -140,6 +145,8 @@ def get_args(argv=None):
             print(f"--suite leaves out {', '.join(missing)}: no trained weights here "
                   f"({', '.join(os.path.relpath(DRAFTS[name].weights) for name in missing)}; train_draft.py trains them)")
         args.draft = ",".join([SHIPPED["draft"], *[name for name in named if name not in missing]])
+    if args.export_requests and not (args.target and is_gguf(args.target)):
+        ap.error("--export_requests writes the real model's suite (benchmarks/chat_tasks.py): add --target smollm2")
     if args.suite and (args.batch or args.tree_shapes or args.profile or args.init_from or (args.hf and not chat_suite)):
         ap.error("--suite times single sequences of the shipped kind of pair or of a GGUF chat model: drop --batch, "
                  "--tree_shapes, --profile and --init_from (and --hf, which the suite takes with --target smollm2)")
@@ -184,6 +191,9 @@ def main(argv=None):
     use_threads(args.threads, args.device)
     if args.device.startswith("cuda") and not torch.cuda.is_available():
         raise SystemExit("--device cuda, but torch sees no CUDA GPU here; use --device cpu")
+    if args.export_requests:
+        return export_requests(args.export_requests, args.prompts, args.max_new_tokens)
+    check_weights_before_load([d.split("@")[0].split(":")[0] for d in args.draft.split(",")], args.target)
     target, tmeta = load(args.target, args.device, "target")
     args.decoder = list(dict.fromkeys(decoder_for(d, target, args.device) for d in args.decoder))
     if args.batch:
@@ -194,6 +204,26 @@ def main(argv=None):
         rows = suite_report(args, target, tmeta)
         return (rows, suite_against_hf(args, target, tmeta)) if args.hf else rows
     return sweep(args, target, tmeta)
+
+
+def export_requests(path, n, max_new_tokens):
+    """The chat suite's requests as JSON lines, for a server's benchmark (vLLM's `custom` dataset reads prompt and
+    output_tokens; SGLang's `openai` one messages and max_tokens, docs/engines.md). prompt: the last user turn; a
+    conversation of several turns (the chat category) keeps them all in messages alone, as a server templates them."""
+    import json
+    from benchmarks.chat_tasks import TASKS
+    try:
+        with open(path, "w", encoding="utf-8") as fh:
+            count = 0
+            for cat, (_, convs) in TASKS.items():
+                for turns in convs[:n]:
+                    fh.write(json.dumps(dict(category=cat, messages=turns, prompt=turns[-1]["content"],
+                                             output_tokens=max_new_tokens), ensure_ascii=False) + "\n")
+                    count += 1
+    except OSError as e:
+        raise SystemExit(f"--export_requests {path}: {e.strerror} (write it elsewhere)") from None
+    print(f"wrote {path}: {count} requests of {len(TASKS)} kinds, at most {max_new_tokens} new tokens each")
+    return count
 
 
 if __name__ == "__main__":

@@ -14,6 +14,7 @@ Sample text with speculative sampling from a target/draft pair (default: the shi
     python sample.py --plugin my_verifier.py --verify mine   # a verifier or draft of your own (README: fork)
     python sample.py --init_from gpt2-xl --draft gpt2 --device cuda --start "Hello"   # pretrained GPT-2 pair
     python sample.py --target smollm2 --prompt "Write a haiku about the sea."   # a real chat model (pretrained/)
+    python sample.py --target smollm2 --prompt "Hi" --show prompt   # its whole prompt: the template, the system turn
     python sample.py --target smollm2 --draft layerskip --start "Once upon a time"  # its text continued, no template
     python sample.py --target smollm2 --draft eagle3 --prompt "Tell me about owls."  # a head trained for it
 
@@ -23,9 +24,10 @@ through the tokens both vocabularies share (drafts/cross_vocab.py), still exactl
 A GGUF file as --target (the name smollm2, or a path) is a pretrained Llama (pretrained/), float32, dequantized
 once from the file's blocks; its tokenizer comes from the same file. --prompt wraps the text in its chat template as
 a user's turn, and a sample ends with the model's turn (<|im_end|>); --start or --raw continue the text as it is.
-Every draft runs on it: those built from the target or its text (ngram, suffix, layerskip, int8), and the ones
+A sample shows the request and the answer (--show prompt: the template too); at T = 0 one sample by default.
+The drafts that run on it: those built from the target or its text (ngram, suffix, layerskip, int8), and the ones
 trained for SmolLM2 in checkpoints/smollm2/ (eagle3, small; --suffix_over eagle3 stacks the suffix draft over the
-head). engine/llama.py runs it as an engine does, in the format --decoder names (fast: float32, fast-bf16,
+head); a draft with no weights for it (eagle, medusa, parallel) is refused before the model loads. engine/llama.py runs it as an engine does, in the format --decoder names (fast: float32, fast-bf16,
 fast-int8, fast-int4: the file's own Q4_1 blocks; eager: pretrained/llama.py itself); without --decoder, the fastest
 the benchmarks back for this CPU (engine/fast.py's default_decoder). Every line of numbers names the format.
 """
@@ -96,7 +98,9 @@ def get_args(argv=None):
     ap.add_argument("--stop", action="append", default=[], metavar="TEXT",
                     help="end a sample right after this text (encoded with the target's tokenizer; escapes such as "
                          "\\n are understood, so --stop '\\n\\n' ends at a blank line). Repeatable")
-    ap.add_argument("--num_samples", type=int, default=3, help="samples, each from the same prompt")
+    ap.add_argument("--num_samples", type=int, default=None,
+                    help="samples, each from the same prompt; None: 1 at --temperature 0 (greedy samples are all "
+                         "the same), else 3")
     ap.add_argument("--max_new_tokens", type=int, default=300, help="tokens generated per sample")
     ap.add_argument("--temperature", type=float, default=0.8, help="0 = greedy")
     ap.add_argument("--top_k", type=int, default=None, help="keep the k most probable tokens; None: all")
@@ -117,9 +121,11 @@ def get_args(argv=None):
                     help="generate --batch samples together, as one batch (engine/batched.py; model.py's per-row cache, so "
                          "--decoder is not used; token-wise verification only)")
     ap.add_argument("--seed", type=int, default=1337, help="seeds the sampling (reproducible with an int --k)")
-    ap.add_argument("--show", choices=["rounds"], default=None,
+    ap.add_argument("--show", choices=["rounds", "prompt"], action="append", default=[],
                     help="rounds: colour each token by where it came from: a kept draft (green), a rejected draft "
-                         "(red, struck through), the correction from the residual (blue), the bonus token (magenta)")
+                         "(red, struck through), the correction from the residual (blue), the bonus token (magenta); "
+                         "prompt: print a chat model's whole prompt, its template and system turn included, and the "
+                         "end of its turn (otherwise the user's request and the answer alone). Repeatable")
     ap.add_argument("--color", choices=["auto", "always", "never"], default="auto",
                     help="with --show rounds: auto colours a terminal unless NO_COLOR is set (FORCE_COLOR=1 forces "
                          "it); never marks the same in plain characters")
@@ -132,9 +138,14 @@ def get_args(argv=None):
     check_verify_arguments(ap, args, [args.verify], k=args.k)
     if args.batch is not None and args.batch < 1:
         ap.error(f"--batch takes an int >= 1 (samples generated together), got {args.batch}")
+    if args.batch is not None and args.num_samples is not None and args.num_samples != args.batch:
+        print(f"--batch {args.batch}: {args.batch} samples generated together (--num_samples {args.num_samples} is "
+              "not used: --batch N is the number of samples)")
     if args.batch is not None and args.verify != "tokenwise":
         ap.error(f"--batch runs token-wise verification only (engine/batched.py has no other verifier): drop --verify "
                  f"{args.verify}, or drop --batch")
+    if args.num_samples is None:
+        args.num_samples = 1 if args.temperature == 0 else 3
     if args.num_samples < 1 or args.max_new_tokens < 0:
         ap.error("--num_samples must be >= 1 and --max_new_tokens >= 0")
     if not 0 <= args.temperature < float("inf"):  # NaN fails this too
@@ -329,8 +340,11 @@ def not_trained_for(name, weights, target):  # -> the one-line refusal of a draf
         how = f"train them with `python train_draft.py --target {target.name} --head {name}` (docs/training.md)"
     else:
         how = f"train_draft.py trains {', '.join(PRETRAINED_HEADS)} for it (docs/training.md)"
+    ready = [n for n, entry in sorted(DRAFTS.items())  # weights trained for this very target (a head's checkpoint)
+             if entry.weights_for and os.path.exists(entry.trained_for(target))]
+    ready = f"--draft {', '.join(ready)} (trained for it, shipped) or " if ready else ""
     return (f"--draft {name} has no weights trained for {getattr(target, 'about', type(target).__name__)} here "
-            f"({shown(weights)}): {how}, or use --draft {free} (built from the target or its text)")
+            f"({shown(weights)}): {how}, or use {ready}--draft {free} (built from the target or its text)")
 
 
 def parse_k(text):
@@ -397,6 +411,8 @@ def main(argv=None):
     use_threads(args.threads, args.device)
     if args.device.startswith("cuda") and not torch.cuda.is_available():
         raise SystemExit("--device cuda, but torch sees no CUDA GPU here; use --device cpu")
+    check_weights_before_load([args.draft], args.init_from or args.target)  # not after 10 s of loading
+    loading = time.perf_counter()
     target, tmeta = load(args.init_from or args.target, args.device, "target")
     args.decoder = decoder_for(args.decoder, target, args.device)
     tok = Tokenizer(tmeta["tokenizer"])
@@ -414,6 +430,7 @@ def main(argv=None):
                                                if templated else "")) from e
     stop = (tok.stop + (stop_sequences(args.stop, tok) or [])) or None  # a chat model's end of turn, and --stop
     runs = (target, draft) if args.batch else with_decoder(args.decoder, target, draft)  # --batch: no --decoder
+    load_seconds = time.perf_counter() - loading  # the models read, and the format's weights packed
     about = f"{runs[0].about}, " if hasattr(runs[0], "about") else ""  # a GGUF file's: what its weights are
     print(f"target {shown(args.init_from or args.target)} ({about}{target.num_params() / 1e6:.2f}M), draft "
           + ("none: plain sampling" if draft is None else f"{shown(args.draft)} ({draft.num_params() / 1e6:.2f}M)"))
@@ -425,13 +442,15 @@ def main(argv=None):
     sampling = dict(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, generator=gen, stop=stop)
 
     k = AutoK() if args.k == "auto" else args.k  # one AutoK for all samples: what it measured carries over
-    totals = dict(tokens=0, seconds=0.0, target_calls=0, drafted=0, accepted=0)
+    totals = dict(tokens=0, seconds=0.0, read_seconds=0.0, target_calls=0, drafted=0, accepted=0)
     ks, outputs = [], []  # K of every round; every sample's tokens
-    rounds_shown = args.show == "rounds" and draft is not None
+    rounds_shown = "rounds" in args.show and draft is not None
     colour = use_colour(args.color, sys.stdout)
-    if args.show == "rounds":
+    if "rounds" in args.show:
         print(legend(colour) if rounds_shown else "--show rounds: plain sampling (--draft none) has no rounds, so "
               "the text is printed as usual")
+    header = prompt_header(args, tok, prompt, templated)
+    visible = (lambda ids: ids) if not templated or "prompt" in args.show else lambda ids: without_stop(ids, tok.stop)
     recorder = Recorder(detail=args.trace is not None) if rounds_shown or args.trace else None
     all_stats = []  # every sample's Stats, for the page
     try:
@@ -449,12 +468,12 @@ def main(argv=None):
                         text = round_text(tok.decode, prompt + new, ids, r.K, r.kept, r.drafts, colour,
                                           r.tested > r.kept)
                     else:
-                        text = ready_text(tok.decode, new + ids, printed)
+                        text = ready_text(tok.decode, visible(new + ids), printed)
                         printed += len(text)
                     new.extend(ids)
                     print(text, end="", flush=True)
 
-                print(f"---------- sample {i + 1}/{args.num_samples}\n{tok.decode(prompt)}", end="", flush=True)
+                print(f"---------- sample {i + 1}/{args.num_samples}\n{header}", end="", flush=True)
                 try:
                     if draft is None:
                         _, stats = autoregressive_generate(target, idx, args.max_new_tokens, stream=stream, **sampling)
@@ -470,13 +489,52 @@ def main(argv=None):
                     add_up(totals, ks, stats, calls=len(stats.rounds) if draft is not None else len(new))  # a call a round
                     summary(args, draft, totals, ks)
                     raise SystemExit(130)
-                print("" if rounds_shown else tok.decode(new)[printed:])  # and what was held back at the end
+                # and what was held back at the end; a character cut by max_new_tokens stays held back (no U+FFFD)
+                print("" if rounds_shown else tok.decode(visible(new)).rstrip("\ufffd")[printed:])
                 add_up(totals, ks, stats, stats.target_calls)
     finally:  # Ctrl-C or an error included: the page keeps the rounds so far
         if args.trace and recorder is not None:
             write_trace(args, tok, target, idx, prompt, outputs, recorder, all_stats)
     summary(args, draft, totals, ks)
+    print(reading(len(prompt), totals, args.num_samples, load_seconds))
     report_shared_mass(args, target, draft, prompt, outputs)
+
+
+def check_weights_before_load(names, target_arg):
+    """A named draft with no weights for a GGUF target is refused before the target loads (10 s), with the drafts
+    that do ship for it. The checkpoint's path needs only the target's name (drafts/heads.py's shipped)."""
+    if not is_gguf(target_arg):
+        return
+    stub = argparse.Namespace(name=pretrained.name_of(target_arg), about=pretrained.name_of(target_arg))
+    for name in names:
+        weights = DRAFTS[name].trained_for(stub) if name in DRAFTS else ""
+        if weights and not os.path.exists(weights):
+            raise SystemExit(not_trained_for(name, weights, stub))
+
+
+def prompt_header(args, tok, prompt, templated):  # -> what a sample prints before its new text
+    """A chat model's prompt is its template: a system turn, markers, the request. Unless --show prompt, a sample
+    shows the request alone ('user: ...' then 'assistant: '), as a chat window does."""
+    if not templated or "prompt" in args.show:
+        return tok.decode(prompt)
+    request = read_prompt(args.prompt, "--prompt") if args.prompt is not None else CHAT_PROMPT
+    return f"user: {request.strip()}\nassistant: "
+
+
+def without_stop(ids, stops):  # -> ids without a stop sequence they end with (a chat model's end of turn)
+    for stop in stops:
+        if stop and ids[-len(stop):] == stop:
+            return ids[:-len(stop)]
+    return ids
+
+
+def reading(n_prompt, totals, samples, load_seconds):  # -> the statistics' second line: the prompt's read and the load
+    """The first target forward of each sample reads the prompt (with the first round's drafts, if any): its time is
+    the read's, and the first line's seconds and tokens/s are decoding's alone."""
+    read = totals["read_seconds"] / max(samples, 1)
+    return (f"prompt: {n_prompt} token{'s' * (n_prompt != 1)}, read in {read:.2f} s ({n_prompt / max(read, 1e-9):.0f} tokens/s, the first "
+            f"forward of each sample{'' if samples == 1 else ', mean of ' + str(samples)}); models loaded and "
+            f"prepared in {load_seconds:.1f} s")
 
 
 def decoder_for(decoder, target, device="cpu"):  # -> the --decoder the target runs in, or one line saying why not
@@ -580,8 +638,10 @@ def stop_sequences(texts, tok):  # --stop texts -> [[ids], ...] for the samplers
 
 
 def add_up(totals, ks, stats, calls):
+    read = stats.target_times[:1]  # the first target forward reads the prompt
     totals["tokens"] += stats.new_tokens
-    totals["seconds"] += stats.total_time
+    totals["seconds"] += stats.total_time - sum(read)  # decoding's time, the prompt's read apart
+    totals["read_seconds"] += sum(read)
     totals["target_calls"] += calls
     totals["drafted"] += stats.drafted
     totals["accepted"] += stats.accepted
@@ -650,9 +710,9 @@ def sample_batch(args, target, draft, tok, prompt, stop=None):
         print(f"\n(interrupted: Ctrl-C after {stats.new_tokens} new tokens in all; the statistics so far)")
         batch_summary(args, draft, stats, calls=stats.host_reads)  # a host read per round or step
         raise SystemExit(130)
-    rounds_shown = args.show == "rounds" and draft is not None
+    rounds_shown = "rounds" in args.show and draft is not None
     colour = use_colour(args.color, sys.stdout)
-    if args.show == "rounds":
+    if "rounds" in args.show:
         print(legend(colour) if rounds_shown else "--show rounds: plain sampling (--draft none) has no rounds, so "
               "the text is printed as usual")
     for i, row in enumerate(new):

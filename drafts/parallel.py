@@ -196,17 +196,19 @@ def widen(draft):
 
 def load(path, target):
     """-> the ParallelDraft of a checkpoint that train_draft.py --parallel wrote, for `target`, or a ValueError."""
+    said = os.path.relpath(path, ROOT) if os.path.abspath(path).startswith(ROOT + os.sep) else path  # in messages
     if not os.path.exists(path):
-        raise ValueError(f"--parallel_ckpt {path}: no such checkpoint (train one with train_draft.py --parallel 8 "
+        raise ValueError(f"--parallel_ckpt {said}: no such checkpoint (train one with train_draft.py --parallel 8 "
                          "--init checkpoints/draft.pt)")
     model, meta = load_checkpoint(path, next(target.parameters()).device)
     if "parallel" not in meta:
-        raise ValueError(f"--parallel_ckpt {path} is not a parallel draft (an autoregressive one? pass it as --draft "
+        raise ValueError(f"--parallel_ckpt {said} is not a parallel draft (an autoregressive one? pass it as --draft "
                          f"{path}); train one with train_draft.py --parallel 8")
     V = target.config.vocab_size
     if model.config.vocab_size != V + 1 or (getattr(target, "meta", None) and target.meta.get("tokenizer") != meta.get("tokenizer")):
-        raise ValueError(f"--parallel_ckpt {path} was trained with another tokenizer than the target's "
-                         f"(vocabulary {model.config.vocab_size - 1}, the target's {V})")
+        raise ValueError(f"--parallel_ckpt {said} was trained with another tokenizer than the target's "
+                         f"(vocabulary {model.config.vocab_size - 1}, the target's {V}): train one for this target "
+                         "with train_draft.py --parallel 8")
     model = model.to(next(target.parameters()).dtype)
     return ParallelDraft(model, meta["parallel"])
 

