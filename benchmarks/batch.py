@@ -9,7 +9,7 @@ import statistics
 
 import torch
 
-from benchmarks.common import SETTINGS, bench_prompts, machine
+from benchmarks.common import SETTINGS, Progress, bench_prompts, machine
 from benchmarks.theory import alpha_from_rounds, predicted
 import data
 from sample import parse_k, shown
@@ -36,7 +36,7 @@ def batch_bench(args, target, draft, tmeta):
     for B in (1, 2):  # warm-up
         autoregressive_generate_batch(target, prompts[:B], 16, generator=gen.manual_seed(0))
         speculative_generate_batch(target, draft, prompts[:B], 16, k=4, generator=gen.manual_seed(0))
-    rows = []
+    rows, progress = [], Progress("--batch", len(args.settings) * len(args.batch) * args.repeats)
     for name in args.settings:
         sampling = SETTINGS[name]
         for B in args.batch:
@@ -58,6 +58,7 @@ def batch_bench(args, target, draft, tmeta):
                     if not str(col).startswith("single"):  # decoding alone: the prompt reads left out
                         dec[col].append(s.new_tokens / (s.total_time - sum(s.fill_times)))
                     stats[col].append(s)
+                progress.step(f"{name}, B = {B}, repeat {rep + 1}")
             mean = lambda times: statistics.mean(times) if times else float("nan")  # as tok/s counts time: in full
             step = mean([t for s in stats["plain"] for t in s.target_times])  # a B-row one-token forward
             plain = statistics.median(tps["plain"])

@@ -7,6 +7,8 @@ and the small measurements (steady forward costs, draft time per round) that the
 import os
 import platform
 import statistics
+import sys
+import time
 
 import torch
 
@@ -195,3 +197,16 @@ def build_draft(args, name, target, tmeta):
     a head's checkpoint, a model, or a model on another tokenizer (drafts/cross_vocab.py)."""
     return make_draft(args, name, target) if name in DRAFTS else draft_from_path(
         name, target, tmeta, args.device, args.decoder[0])
+
+
+class Progress:
+    """A long run says where it is, on stderr (the tables stay alone on stdout): 'sweep: t1.0, repeat 2 done (7/15,
+    38 s)'. todo: the steps in all; step(label) after each."""
+
+    def __init__(self, what, todo):
+        self.what, self.todo, self.done, self.start = what, todo, 0, time.perf_counter()
+
+    def step(self, label):
+        self.done += 1
+        print(f"{self.what}: {label} done ({self.done}/{self.todo}, {time.perf_counter() - self.start:.0f} s)",
+              file=sys.stderr, flush=True)

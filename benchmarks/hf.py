@@ -13,7 +13,7 @@ import torch
 
 import data
 import pretrained
-from benchmarks.common import SETTINGS, machine
+from benchmarks.common import SETTINGS, Progress, machine
 from sample import is_gguf, shown
 from speculative import autoregressive_generate, speculative_generate
 
@@ -139,7 +139,7 @@ def suite_against_hf(args, target, tmeta, ks=(4, 10)):
     first = next(iter(tasks.values()))[0][0]
     for col in cols:  # warm-up: kernels, allocator
         (ours if col.startswith("ours") else theirs)(col, first[:, :32], 0, SETTINGS["t0"])
-    rows = []
+    rows, progress = [], Progress("--hf", len(tasks) * len(args.settings))
     for cat, prompts in tasks.items():
         for st in args.settings:
             sampling = SETTINGS[st]
@@ -157,6 +157,7 @@ def suite_against_hf(args, target, tmeta, ks=(4, 10)):
             tps = {c: tokens[c] / seconds[c] for c in cols}
             rows.append(dict(category=cat, setting=st, tps=tps,
                              greedy_equal=({c: equal[c] for c in cols} if sampling["temperature"] == 0 else None)))
+            progress.step(f"{cat}, {st}")
     print(f"\nHF transformers {transformers.__version__} on the same file (float32, its GGUF loader's) against ours "
           f"({target.about}, {args.decoder[0]} decoder), the suite's requests, answers of at most {n} tokens ending "
           f"with their turn, one pass, interleaved prompt by prompt; HF lookup@k = "

@@ -15,7 +15,7 @@ import statistics
 
 import torch
 
-from benchmarks.common import (SETTINGS, bench_prompts, beyond_max_k, build_draft, cell, commit, cpu_name,
+from benchmarks.common import (SETTINGS, Progress, bench_prompts, beyond_max_k, build_draft, cell, commit, cpu_name,
                                draft_time_per_round, lossy, machine, runs_as, steady, takes)
 from benchmarks.hf import compare_with_hf
 from benchmarks.profiling import profile
@@ -62,6 +62,13 @@ def per_repeat_spread(auto, best):
     return q1, q3
 
 
+def draft_label(args, name):  # -> a named draft in the table: ngram3 (its one parameter), suffix:suffix_min_prob=0.5
+    params = DRAFTS[name].params
+    if len(params) == 1:
+        return name + str(given(args, DRAFTS[name])[next(iter(params))])
+    return name + "".join(f":{p}={getattr(args, p)}" for p in params if getattr(args, p, None) not in (None, params[p]))
+
+
 def run(args, target, tmeta):
     """The K sweep (bench.py with no mode flag): see the module's docstring."""
     variants = []  # (label, draft, verify keyword arguments): every --draft with every --verify
@@ -71,8 +78,7 @@ def run(args, target, tmeta):
         if too_long:
             print(f"--draft {path} proposes at most {draft.max_k} tokens per round: its rows for K = "
                   f"{', '.join(map(str, too_long))} are left out")
-        name = path + "".join(str(v) for v in given(args, DRAFTS[path]).values()) if path in DRAFTS else (
-            os.path.basename(path).removesuffix(".pt"))  # e.g. ngram3, draft
+        name = draft_label(args, path) if path in DRAFTS else os.path.basename(path).removesuffix(".pt")  # ngram3, draft
         for verify in args.verify:
             params = verify_params(args, verify)  # verify=..., and e.g. lenience=0.5 from --lenience
             label = f"{name} {verify}{lossy(verify)}"  # e.g. "draft lenient (LOSSY) lenience=0.5"
@@ -90,7 +96,7 @@ def run(args, target, tmeta):
         run(autoregressive_generate, t, prompts[0], 16, seed=0)
         run(speculative_generate, t, d, prompts[0], 16, k=4, seed=0)
 
-    rows = []
+    rows, progress = [], Progress("sweep", len(args.settings) * args.repeats)
     for name in args.settings:
         sampling = dict(SETTINGS[name], stop=stop)
         cols = [(dec, None, 0) for dec in args.decoder] + [  # (decoder, variant, K); K = 0: plain sampling
@@ -123,6 +129,7 @@ def run(args, target, tmeta):
                     calls[dec, v, K] += s.target_calls  # one per round (multidraft too: a tree forward)
             for col in cols:
                 tps[col].append(tokens[col] / seconds[col])
+            progress.step(f"{name}, repeat {rep + 1}")
         for dec, v, K in cols[len(args.decoder):]:
             step = statistics.median(fwd[dec, None, 0])  # one target step, from plain sampling
             c = statistics.median(draft_step[dec, v]) / step

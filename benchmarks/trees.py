@@ -10,7 +10,7 @@ import statistics
 
 import torch
 
-from benchmarks.common import SETTINGS, bench_prompts, build_draft, lossy, machine, steady
+from benchmarks.common import SETTINGS, Progress, bench_prompts, build_draft, lossy, machine, steady
 import data
 from engine.fast import with_decoder
 from sample import int_tuple, shown
@@ -67,6 +67,7 @@ def tree_report(args, target, tmeta):
     cols = [None] + [(name, K, shape, budget, rule) for name in names for K in args.k if K != "auto"
                      for rule in rules for shape, budget in args.tree_shapes]
     gen, n, rows = torch.Generator(device=args.device), args.max_new_tokens, []
+    progress = Progress("--tree_shapes", len(args.settings) * args.repeats)
     run = lambda col, prompt, seed, sampling: (
         autoregressive_generate(target, prompt, n, generator=gen.manual_seed(seed), **sampling) if col is None else
         speculative_generate(target, fast[col[0]], prompt, n, k=col[1], verify="tree", branches=col[2],
@@ -90,6 +91,7 @@ def tree_report(args, target, tmeta):
                     done[col][1] += s.total_time
             for col in cols:
                 tps[col].append(done[col][0] / done[col][1])
+            progress.step(f"{name}, repeat {rep + 1}")
         tree.tree_trace = None
         step = statistics.median(steady(s.target_times) for s in stats[None])  # one target step, from plain sampling
         plain = statistics.median(tps[None])

@@ -3,6 +3,7 @@ histogram of kept drafts against Theorem 3.8, the "does not pay" advice; and ben
 
 import copy
 import json
+import mmap
 
 import pytest
 import torch
@@ -164,9 +165,14 @@ def test_memory_sees_a_tensor_allocated_between_start_and_peak():
     if memory.base != memory.base:
         pytest.skip("no /proc/self/status on this system: memory is not measured")
     memory.start()
-    x = torch.ones(64 * 2 ** 20 // 4)  # 64 MB, touched
+    # subtle: 64 MB of fresh pages (an anonymous map), touched: malloc could hand back memory that earlier tests freed
+    # but the process still holds, which no resident count sees grow
+    pages = mmap.mmap(-1, 64 * 2 ** 20)
+    x = torch.frombuffer(pages, dtype=torch.uint8)
+    x.fill_(1)
     assert memory.peak() > 48 and memory.grown() > 48
     del x
+    pages.close()
     assert memory.peak() > 48  # the peak stays after the tensor is freed
 
 
