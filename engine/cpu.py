@@ -79,13 +79,3 @@ def use_threads(threads, device="cpu"):
         # at most what torch has now: its default (the physical cores), or less if the caller already chose
         torch.set_num_threads(choose_threads(idle_cores(), torch.get_num_threads()))
     return torch.get_num_threads()
-
-
-def has_bf16_units():  # -> does this CPU multiply bfloat16 in hardware (AVX512-BF16 or AMX)? False where unknown
-    """engine/fast.py's default_decoder runs the bfloat16-activation formats only where they are fast."""
-    try:
-        with open("/proc/cpuinfo") as fh:
-            flags = next((line for line in fh if line.startswith("flags")), "").split()
-    except OSError:
-        return False
-    return "avx512_bf16" in flags or "amx_bf16" in flags
