@@ -5,7 +5,9 @@ For each format: the one-token step in ms after a prompt, v at 2, 3, 5, 9 and 17
 the one-token step: what a round's verification costs), the bytes of weights a step reads, and the roof, those
 bytes over this CPU's read bandwidth measured in the same run: no step can beat one read of its weights. The
 readable Llama (eager, float32) is the first row. Formats are timed interleaved, a round of every format per
-repeat, so a slow spell of a shared machine hits them alike; each number is the median.
+repeat, so a slow spell of a shared machine hits them alike; each number is the median. Last, a prompt of READ
+tokens read two ways: in one forward of the format's own kernels, and as the samplers read it (a weight-only format
+fills the cache through the float32 weights, then scores the last token in its own: engine/llama.py's fill).
 """
 
 import statistics
@@ -16,6 +18,7 @@ import torch
 from engine.llama import FORMATS, FastLlama
 
 WIDTHS = (2, 3, 5, 9, 17)  # forwards of n tokens: a round of K = n - 1 drafts
+READ = 256  # a prompt's tokens, for the time of its read
 
 
 def read_bandwidth(mb=512, repeats=5):  # -> bytes per second this CPU reads: a sum over a tensor larger than its caches
@@ -54,6 +57,19 @@ def format_table(target, prompt, repeats=7, formats=FORMATS):
                 model(tokens, use_cache=True)
                 times[name][n].append(time.perf_counter() - tic)
                 model.crop(P)
+    reads = {name: ([], []) for name in models}  # seconds: one forward of the format's own; as the samplers read
+    ids = prompt[:, -1:].repeat(1, READ)
+    for _ in range(3):
+        for name, model in models.items():
+            for way, seconds in zip(("own", "samplers"), reads[name]):
+                model.reset_cache()
+                tic = time.perf_counter()
+                if way == "samplers" and getattr(model, "prefills", False):
+                    model.fill(ids[:, :-1])
+                    model(ids[:, -1:], use_cache=True)
+                else:
+                    model(ids, use_cache=True)
+                seconds.append(time.perf_counter() - tic)
     rows = []
     for name, model in models.items():
         step = statistics.median(times[name][1])
@@ -61,16 +77,19 @@ def format_table(target, prompt, repeats=7, formats=FORMATS):
         rows.append(dict(format=name, step_ms=1e3 * step, tok_s=1 / step,
                          v={n: statistics.median(times[name][n]) / step for n in WIDTHS},
                          weight_mb=nbytes / 1e6, roof_ms=1e3 * nbytes / bandwidth,
-                         roof_share=nbytes / bandwidth / step))
+                         roof_share=nbytes / bandwidth / step, read_own_ms=1e3 * statistics.median(reads[name][0]),
+                         read_ms=1e3 * statistics.median(reads[name][1])))
     print(f"\nthe target's formats (engine/llama.py), after a {P}-token prompt, median of {repeats} interleaved; "
           f"read bandwidth {bandwidth / 1e9:.1f} GB/s, {torch.get_num_threads()} threads")
     print("| format | one-token step | tok/s | " + " | ".join(f"v({n})" for n in WIDTHS) +
-          " | weights read per step | roof (weights / bandwidth) | share of the roof |")
-    print("|---|---|---|" + "---|" * len(WIDTHS) + "---|---|---|")
+          f" | weights read per step | roof (weights / bandwidth) | share of the roof | a {READ}-token prompt read in one "
+          "forward of its kernels | as the samplers read it |")
+    print("|---|---|---|" + "---|" * len(WIDTHS) + "---|---|---|---|---|")
     for r in rows:
         print(f"| {r['format']} | {r['step_ms']:.1f} ms | {r['tok_s']:.1f} | " +
               " | ".join(f"{r['v'][n]:.2f}" for n in WIDTHS) +
-              f" | {r['weight_mb']:.0f} MB | {r['roof_ms']:.1f} ms | {100 * r['roof_share']:.0f}% |")
+              f" | {r['weight_mb']:.0f} MB | {r['roof_ms']:.1f} ms | {100 * r['roof_share']:.0f}% | "
+              f"{r['read_own_ms']:.0f} ms | {r['read_ms']:.0f} ms |")
     return rows, bandwidth
 
 

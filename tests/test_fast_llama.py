@@ -198,3 +198,17 @@ def test_int4_computes_every_row_of_a_verification_as_the_one_token_step_bit_for
     fast.row_invariant = False
     wide, steps = rows_of_wide_and_steps(fast, prompt, new)
     assert not torch.equal(wide, steps)
+
+
+def test_the_formats_table_times_every_format_and_its_prompt_read_both_ways(capsys, monkeypatch):
+    """bench.py --profile's table on a tiny Llama: a row per format, the readable model first; the samplers' read of
+    a prompt goes through fill in the weight-only formats (once per repeat each), its own forward in float32."""
+    from benchmarks.formats import READ, format_table
+    fills = []
+    real_fill = FastLlama.fill
+    monkeypatch.setattr(FastLlama, "fill", lambda self, ids: fills.append(self.format) or real_fill(self, ids))
+    rows, bandwidth = format_table(q4_llama(0, block_size=READ + 32), torch.tensor([[3, 1, 4, 1, 5]]), repeats=1)
+    assert [r["format"] for r in rows] == ["eager float32", *FORMATS] and bandwidth > 0
+    assert all(r["read_ms"] > 0 and r["read_own_ms"] > 0 and r["step_ms"] > 0 for r in rows)
+    assert sorted(fills) == sorted(3 * [f for f in FORMATS if f != "float32"])
+    assert f"a {READ}-token prompt read in one forward of its kernels | as the samplers read it |" in capsys.readouterr().out
