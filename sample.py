@@ -496,7 +496,8 @@ def main(argv=None):
         if args.trace and recorder is not None:
             write_trace(args, tok, target, idx, prompt, outputs, recorder, all_stats)
     summary(args, draft, totals, ks)
-    print(reading(len(prompt), totals, args.num_samples, load_seconds))
+    if len(prompt) > 1:  # (a one-token prompt, the shipped pair's newline, has no read to speak of)
+        print(reading(len(prompt), totals, args.num_samples, load_seconds))
     report_shared_mass(args, target, draft, prompt, outputs)
 
 
