@@ -94,8 +94,8 @@ def test_every_relative_link_resolves(path):
     assert broken_links(path) == []
 
 
-def test_the_readme_is_at_most_250_lines():  # nanoGPT: 234; the real LLM has a section and a suite table of its own
-    assert read("README.md").count("\n") <= 250
+def test_the_readme_is_at_most_220_lines():  # nanoGPT: 234; one table and two sentences a topic, the rest in docs/
+    assert read("README.md").count("\n") <= 220, "README.md: move the detail to docs/, keep it a tutorial"
 
 
 def test_the_checks_can_fail():

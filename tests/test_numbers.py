@@ -1,0 +1,173 @@
+"""One source per number: what the README, docs/ and the notebooks' text quote about a run equals that run's JSON.
+
+Each entry of QUOTES is (file, the run's JSON it quotes, how the quoted text is written from the JSON). A run that is
+redone rewrites its JSON (bench.py --json); this test then names every sentence to regenerate from it. Whitespace is
+compared loosely (a quote may wrap across lines); the numbers are compared as the text prints them. The planted test
+at the end changes every number of every run and expects each quote to fail: a quote that passes anyway checks
+nothing."""
+
+import json
+import os
+import statistics
+
+import pytest
+
+from benchmarks.suite import readme_lines
+from benchmarks.theory import predicted
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def load_run(name):  # -> notebooks/NAME, the run's JSON
+    with open(os.path.join(ROOT, "notebooks", name)) as fh:
+        return json.load(fh)
+
+
+def text_of(path):  # -> the file's words, whitespace folded; a notebook's markdown cells only (its outputs are runs)
+    with open(os.path.join(ROOT, path), encoding="utf-8") as fh:
+        text = fh.read()
+    if path.endswith(".ipynb"):
+        text = "\n".join("".join(c["source"]) for c in json.loads(text)["cells"] if c["cell_type"] == "markdown")
+    return " ".join(text.split())
+
+
+def span(values, fmt="{:.2f}", sep="-"):  # [1.19, 1.28, 1.2] -> "1.19-1.28"; one value alone when all round alike
+    low, high = fmt.format(min(values)), fmt.format(max(values))
+    return low if low == high else f"{low}{sep}{high}"
+
+
+# ---- how each quote is written from its run ----------------------------------------------------------------------
+
+def sweep_rows(run, decoder, setting="t1.0"):  # -> (auto's row, the best fixed K's row) of a bench.py --json sweep
+    rows = [r for r in run["rows"] if r["setting"] == setting and r["decoder"] == decoder]
+    return next(r for r in rows if r["K"] == "auto"), max((r for r in rows if r["K"] != "auto"),
+                                                          key=lambda r: r["speedup"])
+
+
+def glance_row(run, decoder):  # the README's table: a row's cells after the CPU and the target (bench.py's README row)
+    auto, best = sweep_rows(run, decoder)
+    return (f"| {auto['plain_tps']:,.0f} | {auto['spec_tps']:,.0f} | {auto['speedup']:.2f}× | {best['speedup']:.2f}× "
+            f"(K = {best['K']}) | {best['alpha']:.3f} | {best['c']:.3f} | {best['v']:.2f} | "
+            f"{best['speedup'] / best['with_v']:.0%} |")
+
+
+def cpus_compared(amd, intel):  # the sentence under the table: the target's and the draft's speed, Intel over AMD
+    (a, a_best), (i, i_best) = sweep_rows(amd, "fast"), sweep_rows(intel, "fast")
+    target = i["plain_tps"] / a["plain_tps"]
+    draft = target * a_best["c"] / i_best["c"]  # a draft step is c target steps
+    return (f"the Intel Xeon runs the target {target:.1f}× as fast as the AMD EPYC, the draft only {draft:.1f}× as "
+            f"fast (c {i_best['c']:.3f} against {a_best['c']:.3f})")
+
+
+def gpu_prediction(amd):  # Theorem 3.8 with v = 1 and c = 2/6 (a 2-layer draft, a 6-layer target) at the best K
+    alpha = sweep_rows(amd, "fast")[1]["alpha"]
+    K, best = max(((K, predicted(alpha, K, 2 / 6)) for K in range(1, 9)), key=lambda x: x[1])
+    return f"about {best:.2f}× at K = {K} (α {alpha:.3f} from the AMD EPYC"
+
+
+def chat_table(run, draft="suffix@auto", setting="t0"):  # the README's real-model table: plain, copied, the draft
+    labels = [o["draft"] for o in run["overall"] if o["setting"] == setting]
+    lines = readme_lines(run["rows"], run["overall"], labels, list(run["categories"]), run["copied"], setting)
+    return "\n".join(lines[2:4] + [line for line in lines if line.startswith(f"| `{draft}` |")])
+
+
+def overall(run, draft, setting, key="speedup"):
+    return next(o[key] for o in run["overall"] if o["draft"] == draft and o["setting"] == setting)
+
+
+def row(run, category, setting, draft):
+    return next(r for r in run["rows"] if (r["category"], r["setting"], r["draft"]) == (category, setting, draft))
+
+
+def fmt_of(run, name):
+    return next(f for f in run["formats"] if f["format"] == name)
+
+
+def copied(run, categories, setting="t0"):  # -> the share of answer tokens copied, over those categories: "42-45%"
+    return span([statistics.mean(run["copied"][f"{cat},{setting}"]) for cat in categories], "{:.0%}", "-").replace(
+        "%-", "-")
+
+
+BENCH_AMD, BENCH_INTEL, CHAT, FORMATS = "bench_cpu.json", "bench_cpu_intel.json", "chat_suite_cpu.json", \
+    "profile_cpu_formats.json"
+LOOKUPS = ["ngram@auto", "suffix@auto", "suffix:suffix_corpus=python@auto"]
+
+QUOTES = [  # (file, the run's JSON, the quoted text from it: a function of load_run)
+    ("README.md", BENCH_AMD, lambda run: "| AMD EPYC | float32 " + glance_row(run(BENCH_AMD), "fast")),
+    ("README.md", BENCH_INTEL, lambda run: "| float32 " + glance_row(run(BENCH_INTEL), "fast")),
+    ("README.md", BENCH_INTEL, lambda run: "| bfloat16 (`--decoder fast-bf16`) " + glance_row(run(BENCH_INTEL),
+                                                                                           "fast-bf16")),
+    ("README.md", BENCH_AMD, lambda run: cpus_compared(run(BENCH_AMD), run(BENCH_INTEL))),
+    ("README.md", BENCH_AMD, lambda run: gpu_prediction(run(BENCH_AMD))),
+    ("README.md", "bench_batch.json", lambda run: "K = 4 on the Intel Xeon: {:.2f}× at B = 1, {:.2f}× at B = 64".format(
+        *(next(r["speedup"] for r in run("bench_batch.json")["batch_rows"] if r["B"] == B and r["K"] == 4)
+          for B in (1, 64)))),
+    ("README.md", "suite_cpu.json", lambda run: "({:.2f}× on Shakespeare, T = 1".format(
+        row(run("suite_cpu.json"), "plays", "t1.0", "ngram")["speedup"])),
+    ("README.md", CHAT, lambda run: chat_table(run(CHAT))),
+    ("README.md", CHAT, lambda run: "about the CPU run's τ, {:.2f} at T = 0 and {:.2f} at T = 1".format(
+        overall(run(CHAT), "suffix@auto", "t0", "tau"), overall(run(CHAT), "suffix@auto", "t1.0", "tau"))),
+    ("README.md", CHAT, lambda run: "at T = 1 the default draft gains {:.2f}x overall".format(
+        overall(run(CHAT), "suffix@auto", "t1.0"))),
+    ("README.md", FORMATS, lambda run: "int4 steps at {:.1f} tokens/s where the readable float32 model steps at {:.1f}"
+     .format(fmt_of(run(FORMATS), "int4")["tok_s"], fmt_of(run(FORMATS), "eager float32")["tok_s"])),
+    ("docs/suite.md", "suite_cpu.json", lambda run: "At T = 1 its speedup is {} to {}".format(*span(
+        [r["speedup"] for r in run("suite_cpu.json")["rows"] if r["setting"] == "t1.0" and r["draft"] == "draft"],
+        "{:.2f}×", "|").split("|"))),
+    ("docs/suite.md", CHAT, lambda run: "copies {} of its answer tokens from the prompt in summaries and questions about "
+     "a document, {} in code, {} in a chat's second turn".format(copied(run(CHAT), ["summary", "rag"]),
+                                                                 copied(run(CHAT), ["code"]), copied(run(CHAT), ["chat"]))),
+    ("docs/suite.md", CHAT, lambda run: "The lookups gain {}x overall at T = 0 (`suffix` {}x in summary, rag and code, "
+     "{}x in translation".format(span([overall(run(CHAT), d, "t0") for d in LOOKUPS]),
+                                 span([row(run(CHAT), c, "t0", "suffix@auto")["speedup"] for c in ("summary", "rag", "code")]),
+                                 span([row(run(CHAT), "translation", "t0", d)["speedup"] for d in LOOKUPS[1:]]))),
+    ("docs/suite.md", CHAT, lambda run: "and {}x at T = 1".format(span([overall(run(CHAT), d, "t1.0") for d in LOOKUPS]))),
+    ("docs/suite.md", CHAT, lambda run: "predicts the rows within {}".format(span(
+        [r["speedup"] / r["with_v"] for r in run(CHAT)["rows"] if r["setting"] == "t0"], "{:.0%}").replace("%-", "-"))),
+    ("docs/suite.md", FORMATS, lambda run: "int4 makes the step {:.1f}x cheaper than the readable float32 model".format(
+        fmt_of(run(FORMATS), "eager float32")["step_ms"] / fmt_of(run(FORMATS), "int4")["step_ms"])),
+    ("docs/suite.md", FORMATS, lambda run: "a forward over 5 tokens costs {:.1f} steps, over 9 tokens {:.1f}".format(
+        fmt_of(run(FORMATS), "int4")["v"]["5"], fmt_of(run(FORMATS), "int4")["v"]["9"])),
+    ("docs/exactness.md", "profile_cpu_avx2_formats.json", lambda run: "a 256-token prompt took {:.0f} ms in one int4 "
+     "forward, {:.0f} ms read so".format(fmt_of(run("profile_cpu_avx2_formats.json"), "int4")["read_own_ms"],
+                                        fmt_of(run("profile_cpu_avx2_formats.json"), "int4")["read_ms"])),
+    ("notebooks/08_real_llm.ipynb", FORMATS, lambda run: "make a one-token step about {:.1f}x cheaper".format(
+        fmt_of(run(FORMATS), "eager float32")["step_ms"] / fmt_of(run(FORMATS), "int4")["step_ms"])),
+    ("notebooks/08_real_llm.ipynb", CHAT, lambda run: "{}x overall at T = 0".format(
+        span([overall(run(CHAT), d, "t0") for d in LOOKUPS]))),
+    ("notebooks/08_real_llm.ipynb", "chat_suite_heads_cpu.json", lambda run: "keeps {:.2f} (EAGLE-3 head) and {:.2f} "
+     "(small draft) of its drafts at T = 1 and gains {:.2f}x and {:.2f}x overall, {:.2f}x in math".format(
+         overall(run("chat_suite_heads_cpu.json"), "eagle3@auto", "t1.0", "alpha"),
+         overall(run("chat_suite_heads_cpu.json"), "small@auto", "t1.0", "alpha"),
+         overall(run("chat_suite_heads_cpu.json"), "eagle3@auto", "t1.0"),
+         overall(run("chat_suite_heads_cpu.json"), "small@auto", "t1.0"),
+         row(run("chat_suite_heads_cpu.json"), "math", "t1.0", "eagle3@auto")["speedup"])),
+]
+
+
+@pytest.mark.parametrize("i", range(len(QUOTES)), ids=[f"{doc}:{src}:{i}" for i, (doc, src, _) in enumerate(QUOTES)])
+def test_a_quoted_number_equals_its_run(i):
+    doc, source, quote = QUOTES[i]
+    expected = " ".join(quote(load_run).split())
+    assert expected in text_of(doc), (f"{doc} should quote, from notebooks/{source}: {expected!r}. Regenerate the "
+                                      "sentence from the run (or the run, with the command BENCHMARKS.md gives)")
+
+
+def test_every_quote_fails_when_its_run_changes():
+    """Every number of every run scaled, by 1.13, 1.18 or 1.23 in turn (so that ratios change too; counts and K stay):
+    each quote then differs from its file's text."""
+    count = [0]
+
+    def changed(value):
+        if isinstance(value, dict):
+            return {k: v if k in ("K", "B") else changed(v) for k, v in value.items()}
+        if isinstance(value, list):
+            return [changed(v) for v in value]
+        if isinstance(value, float):
+            count[0] += 1
+            return value * (1.13 + 0.05 * (count[0] % 3))
+        return value
+
+    for doc, source, quote in QUOTES:
+        expected = " ".join(quote(lambda name: changed(load_run(name))).split())
+        assert expected not in text_of(doc), f"{doc}: the quote from {source} holds whatever the run says: {expected!r}"
