@@ -27,9 +27,10 @@ a user's turn, and a sample ends with the model's turn (<|im_end|>); --start or 
 A sample shows the request and the answer (--show prompt: the template too); at T = 0 one sample by default.
 The drafts that run on it: those built from the target or its text (ngram, suffix, layerskip, int8), and the ones
 trained for SmolLM2 in checkpoints/smollm2/ (eagle3, small; --suffix_over eagle3 stacks the suffix draft over the
-head); a draft with no weights for it (eagle, medusa, parallel) is refused before the model loads. engine/llama.py runs it as an engine does, in the format --decoder names (fast: float32, fast-bf16,
-fast-int8, fast-int4: the file's own Q4_1 blocks; eager: pretrained/llama.py itself); without --decoder, the fastest
-the benchmarks back for this CPU (engine/fast.py's default_decoder). Every line of numbers names the format.
+head); a head with no weights for it (eagle, medusa) is refused before the model loads. engine/llama.py runs it as
+an engine does, in the format --decoder names (fast: float32, fast-bf16, fast-int8, fast-int4: the file's own Q4_1
+blocks; eager: pretrained/llama.py itself); without --decoder, the fastest the benchmarks back for this CPU
+(engine/fast.py's default_decoder). Every line of numbers names the format.
 """
 
 import argparse
