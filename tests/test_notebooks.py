@@ -15,9 +15,7 @@ NOTEBOOKS = sorted(p for p in (pathlib.Path(__file__).parent.parent / "notebooks
                    if not p.name.endswith(".nbconvert.ipynb"))
 
 
-@pytest.mark.notebooks
-@pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.name for p in NOTEBOOKS])
-def test_notebook_runs_top_to_bottom(path):
+def run_top_to_bottom(path):
     nbformat = pytest.importorskip("nbformat")
     nbclient = pytest.importorskip("nbclient")
     nb = nbformat.read(path, as_version=4)
@@ -25,6 +23,25 @@ def test_notebook_runs_top_to_bottom(path):
                             resources={"metadata": {"path": str(path.parent)}}).execute()
     errors = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", []) if o.output_type == "error"]
     assert not errors, errors
+
+
+# subtle: two classes only so that pytest-xdist (pytest.ini: --dist loadscope) runs the two halves on two workers;
+# odd and even numbers split the notebooks' time about evenly (02, the longest, is even)
+ODD, EVEN = NOTEBOOKS[0::2], NOTEBOOKS[1::2]
+
+
+@pytest.mark.notebooks
+class TestOddNotebooks:
+    @pytest.mark.parametrize("path", ODD, ids=[p.name for p in ODD])
+    def test_notebook_runs_top_to_bottom(self, path):
+        run_top_to_bottom(path)
+
+
+@pytest.mark.notebooks
+class TestEvenNotebooks:
+    @pytest.mark.parametrize("path", EVEN, ids=[p.name for p in EVEN])
+    def test_notebook_runs_top_to_bottom(self, path):
+        run_top_to_bottom(path)
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.name for p in NOTEBOOKS])
