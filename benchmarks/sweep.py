@@ -37,10 +37,13 @@ def readme_row(auto, best, about=None):
     dtype = {"fast-bf16": "bfloat16 (`--decoder fast-bf16`)", "fast-int8": "int8 weights (`--decoder fast-int8`)",
              "fast-int4": "Q4_1 blocks (`--decoder fast-int4`)"}.get(auto["decoder"], "float32")
     about = f", {about}" if about else ""
-    return (f"README row ({auto['setting']}, commit {commit()}{about}): | {cpu_name()} | {dtype} | "
-            f"{auto['plain_tps']:,.0f} | "
-            f"{auto['spec_tps']:,.0f} | {auto['speedup']:.2f}× | {best['speedup']:.2f}× (K = {best['K']}) | "
-            f"{best['alpha']:.3f} | {best['c']:.3f} | {best['v']:.2f} | {best['speedup'] / best['with_v']:.0%} |")
+    return f"README row ({auto['setting']}, commit {commit()}{about}): | {cpu_name()} | {dtype} " + readme_cells(auto, best)
+
+
+def readme_cells(auto, best):  # -> the README row's cells after the CPU and the target: tests/test_numbers.py's too
+    return (f"| {auto['plain_tps']:,.0f} | {auto['spec_tps']:,.0f} | {auto['speedup']:.2f}× | {best['speedup']:.2f}× "
+            f"(K = {best['K']}) | {best['alpha']:.3f} | {best['c']:.3f} | {best['v']:.2f} | "
+            f"{best['speedup'] / best['with_v']:.0%} |")
 
 
 def auto_against_held_out_best(auto, fixed):

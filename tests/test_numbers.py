@@ -13,6 +13,7 @@ import statistics
 import pytest
 
 from benchmarks.suite import readme_lines
+from benchmarks.sweep import readme_cells
 from benchmarks.theory import predicted
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -45,10 +46,7 @@ def sweep_rows(run, decoder, setting="t1.0"):  # -> (auto's row, the best fixed 
 
 
 def glance_row(run, decoder):  # the README's table: a row's cells after the CPU and the target (bench.py's README row)
-    auto, best = sweep_rows(run, decoder)
-    return (f"| {auto['plain_tps']:,.0f} | {auto['spec_tps']:,.0f} | {auto['speedup']:.2f}× | {best['speedup']:.2f}× "
-            f"(K = {best['K']}) | {best['alpha']:.3f} | {best['c']:.3f} | {best['v']:.2f} | "
-            f"{best['speedup'] / best['with_v']:.0%} |")
+    return readme_cells(*sweep_rows(run, decoder))
 
 
 def cpus_compared(amd, intel):  # the sentence under the table: the target's and the draft's speed, Intel over AMD
