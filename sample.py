@@ -422,7 +422,7 @@ def main(argv=None):
         draft = make_draft(args, args.draft, target)
     elif args.draft != "none":
         draft = draft_from_path(args.draft, target, tmeta, args.device, args.decoder)
-    prompt, flag, templated = prompt_ids(args, tok)
+    prompt, flag, templated, text = prompt_ids(args, tok)
     if isinstance(draft, CrossVocabDraft):  # its tokenizer must read the prompt: say so now, not mid-sample
         try:
             draft.reencode(prompt)
@@ -435,8 +435,10 @@ def main(argv=None):
     about = f"{runs[0].about}, " if hasattr(runs[0], "about") else ""  # a GGUF file's: what its weights are
     print(f"target {shown(args.init_from or args.target)} ({about}{target.num_params() / 1e6:.2f}M), draft "
           + ("none: plain sampling" if draft is None else f"{shown(args.draft)} ({draft.num_params() / 1e6:.2f}M)"))
+    header = prompt_header(args, tok, prompt, templated, text)
+    visible = (lambda ids: ids) if not templated or "prompt" in args.show else lambda ids: without_stop(ids, tok.stop)
     if args.batch:
-        return sample_batch(args, target, draft, tok, prompt, stop)
+        return sample_batch(args, target, draft, tok, prompt, stop, header, visible)
     target, draft = runs
     idx = torch.tensor([prompt], dtype=torch.long, device=args.device)
     gen = torch.Generator(device=args.device).manual_seed(args.seed)
@@ -450,8 +452,6 @@ def main(argv=None):
     if "rounds" in args.show:
         print(legend(colour) if rounds_shown else "--show rounds: plain sampling (--draft none) has no rounds, so "
               "the text is printed as usual")
-    header = prompt_header(args, tok, prompt, templated)
-    visible = (lambda ids: ids) if not templated or "prompt" in args.show else lambda ids: without_stop(ids, tok.stop)
     recorder = Recorder(detail=args.trace is not None) if rounds_shown or args.trace else None
     all_stats = []  # every sample's Stats, for the page
     try:
@@ -514,13 +514,12 @@ def check_weights_before_load(names, target_arg):
             raise SystemExit(not_trained_for(name, weights, stub))
 
 
-def prompt_header(args, tok, prompt, templated):  # -> what a sample prints before its new text
-    """A chat model's prompt is its template: a system turn, markers, the request. Unless --show prompt, a sample
-    shows the request alone ('user: ...' then 'assistant: '), as a chat window does."""
+def prompt_header(args, tok, prompt, templated, text):  # -> what a sample prints before its new text
+    """A chat model's prompt is its template: a system turn, markers, the request (text). Unless --show prompt, a
+    sample shows the request alone ('user: ...' then 'assistant: '), as a chat window does."""
     if not templated or "prompt" in args.show:
         return tok.decode(prompt)
-    request = read_prompt(args.prompt, "--prompt") if args.prompt is not None else CHAT_PROMPT
-    return f"user: {request.strip()}\nassistant: "
+    return f"user: {text.strip()}\nassistant: "
 
 
 def without_stop(ids, stops):  # -> ids without a stop sequence they end with (a chat model's end of turn)
@@ -534,9 +533,9 @@ def reading(n_prompt, totals, samples, load_seconds):  # -> the statistics' seco
     """The first target forward of each sample reads the prompt (with the first round's drafts, if any): its time is
     the read's, and the first line's seconds and tokens/s are decoding's alone."""
     read = totals["read_seconds"] / max(samples, 1)
-    return (f"prompt: {n_prompt} token{'s' * (n_prompt != 1)}, read in {read:.2f} s ({n_prompt / max(read, 1e-9):.0f} tokens/s, the first "
-            f"forward of each sample{'' if samples == 1 else ', mean of ' + str(samples)}); models loaded and "
-            f"prepared in {load_seconds:.1f} s")
+    return (f"prompt: {n_prompt} token{'s' * (n_prompt != 1)}, read in {read:.2f} s ({n_prompt / max(read, 1e-9):.0f} "
+            f"tokens/s, the first forward of each sample{'' if samples == 1 else ', mean of ' + str(samples)}); "
+            f"models loaded and prepared in {load_seconds:.1f} s")
 
 
 def decoder_for(decoder, target, device="cpu"):  # -> the --decoder the target runs in, or one line saying why not
@@ -549,7 +548,7 @@ def decoder_for(decoder, target, device="cpu"):  # -> the --decoder the target r
     return decoder
 
 
-def prompt_ids(args, tok):  # -> (the prompt's token ids, the flag that gave it, whether a chat template was applied)
+def prompt_ids(args, tok):  # -> (the prompt's ids, the flag that gave it, a chat template applied?, its text)
     """--start TEXT or --prompt TEXT --raw: the text as it is. --prompt TEXT: for a chat model (a GGUF target) its
     chat template around the text as a user's turn, ending where the assistant's begins (pretrained/tokenizer.py's
     chat); for a tokenizer without one (char, bpe), the text as it is. Neither: CHAT_PROMPT for a chat model,
@@ -566,7 +565,7 @@ def prompt_ids(args, tok):  # -> (the prompt's token ids, the flag that gave it,
         raise SystemExit(f"{flag}: {e}" + (" (or pass --raw: no template)" if templated else "")) from e
     if not ids:
         raise SystemExit(f"{flag} is empty: give at least one character, e.g. {flag} $'\\n'")
-    return ids, flag, templated
+    return ids, flag, templated, text
 
 
 def ready_text(decode, ids, printed):  # -> the text of ids that is ready to print, after the `printed` characters
@@ -686,9 +685,11 @@ def summary(args, draft, totals, ks, decoder=None):  # the statistics line; its 
                  f"top_p {args.top_p})")
 
 
-def sample_batch(args, target, draft, tok, prompt, stop=None):
+def sample_batch(args, target, draft, tok, prompt, stop, header, visible):
     """--batch N: N samples of the same prompt generated together (engine/batched.py), printed when all are done (or at
-    Ctrl-C, each row's text so far, then the statistics so far)."""
+    Ctrl-C, each row's text so far, then the statistics so far), each after the header a single sample prints and
+    showing what it shows of the new tokens (visible: a chat model's end of turn left out)."""
+    shown_row = lambda row: header + tok.decode(visible(row)).rstrip("\ufffd")
     from engine.batched import BatchStats, autoregressive_generate_batch, speculative_generate_batch
     gen = torch.Generator(device=args.device).manual_seed(args.seed)
     sampling = dict(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, generator=gen, stop=stop)
@@ -703,11 +704,11 @@ def sample_batch(args, target, draft, tok, prompt, stop=None):
                                        stats=stats, **sampling)
     except SamplingError as e:
         for i, row in enumerate(e.tokens):
-            print(f"---------- sample {i + 1}/{args.batch}\n{tok.decode(row)}")
+            print(f"---------- sample {i + 1}/{args.batch}\n{shown_row(row[len(prompt):])}")
         raise SystemExit(f"\nstopped: {e}") from e
     except KeyboardInterrupt:  # Ctrl-C: every row's text so far, then the statistics so far
         for i, row in enumerate(new):
-            print(f"---------- sample {i + 1}/{args.batch}\n{tok.decode(prompt + row)}")
+            print(f"---------- sample {i + 1}/{args.batch}\n{shown_row(row)}")
         stats.new_tokens, stats.total_time = sum(map(len, new)), time.perf_counter() - tic
         print(f"\n(interrupted: Ctrl-C after {stats.new_tokens} new tokens in all; the statistics so far)")
         batch_summary(args, draft, stats, calls=stats.host_reads)  # a host read per round or step
@@ -720,10 +721,9 @@ def sample_batch(args, target, draft, tok, prompt, stop=None):
     for i, row in enumerate(new):
         if rounds_shown:  # row i's rounds, in order, with what each drafted
             mine = [(r[1:], d) for r, d in zip(stats.rounds, stats.drafts) if r[0] == i]
-            text = tok.decode(prompt) + sample_text(tok.decode, prompt, row, [r for r, _ in mine], [d for _, d in mine],
-                                                    colour)
+            text = header + sample_text(tok.decode, prompt, row, [r for r, _ in mine], [d for _, d in mine], colour)
         else:
-            text = tok.decode(prompt + row)
+            text = shown_row(row)
         print(f"---------- sample {i + 1}/{args.batch}\n{text}")
     batch_summary(args, draft, stats, calls=stats.target_calls)
     report_shared_mass(args, target, draft, prompt, new)

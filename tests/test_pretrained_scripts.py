@@ -87,6 +87,11 @@ def test_sample_answers_a_prompt_in_the_chat_template_and_prints_the_statistics(
     assert stats_line(out).startswith("plain sampling: ") and f"tokens per target call (cpu, {decoder} decoder" in out
     n = len(smollm2[1].chat([{"role": "user", "content": "Say hi."}]))
     assert f"\nprompt: {n} tokens, read in " in out and "models loaded and prepared in " in out
+    sample.main(argv + ["--batch", "2"])  # a batch's samples show the same
+    batch = capsys.readouterr().out
+    for i in (1, 2):
+        text = batch.split(f"---------- sample {i}/2\n")[1].split("\n---------- ")[0]
+        assert text.startswith("user: Say hi.\nassistant: ") and "<|im_start|>" not in text, text
     sample.main(argv + ["--show", "prompt"])
     text = sample_text(capsys.readouterr().out)
     assert text.startswith("<|im_start|>system\n")
