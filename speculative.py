@@ -196,19 +196,29 @@ class CachedModel:
 
     def uncached(self, tokens, t, n):  # -> the ids to feed before positions t..t+n-1 can be scored
         """tokens[s(t) + cache_len : t+n-1]: what the cache lacks of the window. Empties it when s(t) changed."""
-        s = context_start(t, self.W)
         assert window_end(t, self.W) >= t + n - 1, "a round crossed a change of s(t)"
+        s = self.prefill(tokens, t)
+        assert self.model.cache_len <= t - 1 - s, "stale tokens in the cache: rollback() after a rejection"
+        return tokens[s + self.model.cache_len:t + n - 1]
+
+    def slide(self, t):  # -> s(t), the cache emptied if the window slid since the last forward
+        s = context_start(t, self.W)
         if s != self.start:  # subtle: the window slid, every cached key sits at a wrong position: re-fill
             self.model.crop(0)
             self.start = s
-        assert self.model.cache_len <= t - 1 - s, "stale tokens in the cache: rollback() after a rejection"
+        return s
+
+    def prefill(self, tokens, t):  # -> s(t): slide(t), then an engine's prefill of the prompt, if the cache is empty
+        """An engine's prefill (engine/llama.py fill): the tokens before x_{t-1} read in one forward of their own, the
+        same in every sampler, as they all score from x_{t-1} on; its time counts with the forward that follows.
+        speculative_generate calls it before each round's drafts, so a draft that reads the target finds the
+        prompt's features there (drafts/heads.py) instead of running the target over it again."""
+        s = self.slide(t)
         if getattr(self.model, "prefills", False) and self.model.cache_len == 0 and t - 1 > s:
-            # an engine's prefill (engine/llama.py): the tokens before x_{t-1} in one forward of their own, the same
-            # in every sampler, as they all score from x_{t-1} on; its time counts with the forward that follows
             tic = time.perf_counter()
             self.model.fill(torch.tensor([tokens[s:t - 1]], device=self.device))
             self.filled = (t - 1 - s, time.perf_counter() - tic)
-        return tokens[s + self.model.cache_len:t + n - 1]
+        return s
 
     def forward(self, ids, **tree):  # list of T ids -> logits (1, T, V), appended to the cache and timed
         new = torch.tensor([ids], device=self.device)  # (1, T)
@@ -254,19 +264,31 @@ def autoregressive_generate(model, idx, max_new_tokens, temperature=1.0, top_k=N
 
 # ---- speculative sampling --------------------------------------------------------------------------------------
 
-def draft_probs(logits, probs, position, tokens, final):  # the draft's logits (V,) at position -> q (V,)
+def draft_probs(logits, probs, position, tokens, final, support=None):  # the draft's logits (V,) at position -> q (V,)
     """q, the distribution the draft samples its token at `position` from, checked. Every verifier (here and in
-    verifiers/, trees included) makes its q here; tokens[:final] are final (drafts are not, until kept)."""
-    return checked(probs(logits), logits, "draft", position, tokens, final)
+    verifiers/, trees included) makes its q here; tokens[:final] are final (drafts are not, until kept).
+    support: the ids a draft with a reduced vocabulary can propose (drafts/heads.py; its logits are -inf elsewhere):
+    q is then computed over those alone and is 0 elsewhere, the same q at a sixth of the cost on 8,192 of 49,152."""
+    if support is None:
+        return checked(probs(logits), logits, "draft", position, tokens, final)
+    inside = logits[support]  # (V',)
+    q = checked(probs(inside), inside, "draft", position, tokens, final)
+    return q.new_zeros(logits.shape).index_copy_(0, support, q)
+
+
+def draw(q, generator, support=None):  # x ~ q, drawn among the support alone where a draft has one (draft_probs)
+    """The same token sample(q) draws from the same uniform: the cumulative mass skips q's zeros either way."""
+    return sample(q, generator) if support is None else int(support[sample(q[support], generator)])
 
 
 def draft_tokens(draft, tokens, k, probs, generator):
     """Step 1 of a round: the draft proposes k tokens one at a time, x_i ~ q_i = q(. | x_<t+i), appended to tokens.
     -> [q_1 .. q_k], each (V,). Every verifier of a chain (here and verifiers/) drafts through this function."""
     t, qs = len(tokens), []
+    support = getattr(draft.model, "support", None)  # a reduced vocabulary (drafts/heads.py), or None
     for i in range(k):
-        qs.append(draft_probs(draft.logits(tokens, t + i, 1)[0], probs, t + i, tokens, t))  # (V,)
-        tokens.append(sample(qs[i], generator))
+        qs.append(draft_probs(draft.logits(tokens, t + i, 1)[0], probs, t + i, tokens, t, support))  # (V,)
+        tokens.append(draw(qs[i], generator, support))
     return qs
 
 
@@ -431,6 +453,8 @@ def speculative_generate(target, draft, idx, max_new_tokens, k=4, temperature=1.
         K = auto.choose(limit) if auto else min(k, limit)  # auto: from earlier rounds only, so still exact
         if K and hasattr(draft, "k_for"):  # a draft may propose fewer (drafts/suffix.py: none without a good match);
             K = draft.k_for(tokens, K)  # from the tokens so far only, as auto: still exact. K = 0: one plain step
+        drf.slide(t)  # both windows first (a slid draft forgets the target's features of the old one), then the
+        tgt.prefill(tokens, t)  # target's prefill, whose features of the prompt a head reads (drafts/heads.py)
         n_tgt, n_drf = len(tgt.forwards), len(drf.forwards)
         kept, tested = kept_and_tested(one_round(tgt, drf, tokens, K, probs, generator), K)
         if auto:  # what this round measured: acceptance, and (tokens fed, seconds) of its forwards

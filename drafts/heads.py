@@ -15,8 +15,10 @@ keeps Algorithm 2 exact, however it was computed.
 Where the features come from. Each round's target forward scores the accepted tokens and the drafts; before its
 next forward the draft takes from target.features the positions whose tokens were kept (it compares the ids):
 absorb(). At the start of a call, and after each slide of the window (both caches are refilled), no feature of
-the window is known yet: the draft then runs the target once, without a cache, over the window's tokens
-(read_target). That extra forward is timed as the draft's, so it shows in c. Training: train_draft.py --head.
+the window is known yet. An engine's target (engine/llama.py in a quantized format) reads the prompt apart before
+the round's drafts (speculative.CachedModel.prefill), and the draft absorbs that prefill's features like any
+forward's. Any other target: the draft runs it once, without a cache, over the window's tokens (read_target), an
+extra forward timed as the draft's, so it shows in c. Training: train_draft.py --head.
 
 Trees of drafts (verifiers/tree.py). The tree's nodes are fed after the window's tokens (nodes, at cache slots
 len(ids), ...), each level in one forward with a tree attention mask; compact() then keeps the accepted branch as the
@@ -27,7 +29,8 @@ A reduced vocabulary (EAGLE-3, arXiv:2503.01840; FR-Spec, Zhao et al. 2025, arXi
 LM head is a large share of it (SmolLM2-135M: 49,152 x 576, 28M of 135M parameters) a draft that scores every token
 pays a fifth of a target step for the head alone. With draft_vocab = V' the draft scores only the V' tokens in
 .vocab (the ones the target itself writes most often: train_draft.py chooses them), through the target's own LM
-head's rows of them (read, not copied: the checkpoint holds the ids alone); q is 0 on every other token. The round
+head's rows of them (read, not copied: the checkpoint holds the ids alone; in int8 beside a quantized target,
+rows_in); q is 0 on every other token, and the samplers compute and draw it over .vocab alone (support). The round
 stays exact: a token with q = 0 is never drafted, and the residual norm(max(0, p - q)) at a rejection gives it all
 of p's mass there (tests/test_llama_exact.py enumerates it with q = 0 where p is largest).
 
@@ -48,6 +51,7 @@ from torch.nn import functional as F
 import speculative
 from model import GPT, read_plain
 from speculative import Drafter
+from engine.llama import int8_rows, matmul
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the repository: checkpoints/ lies there
 SHIPPED_HEADS = {}  # kind -> checkpoints/KIND.pt, filled by register(): train_draft.py will not overwrite it
@@ -72,6 +76,7 @@ class ReadsTarget(nn.Module):
         self.register_buffer("vocab", torch.arange(draft_vocab, device=target.lm_head.weight.device)
                              if draft_vocab else None)
         self.rows = None  # (the target's LM-head rows of .vocab, and the vocab's version they were read at)
+        self.rows_format = "float32"  # or "int8": those rows quantized per row, as an engine runs them (rows_in)
         self.ids = []  # the tokens at the window's positions 0, 1, ... fed so far
         self.nodes = []  # a draft tree's tokens fed after them (verifiers/tree.py): cache slots len(ids), ...
         self.known = self.no_features()  # (n, C): the target's features of positions 0..n-1, for self.ids
@@ -179,10 +184,27 @@ class ReadsTarget(nn.Module):
         if self.vocab is None:
             return self.target_head(f)
         w = self.target.lm_head.weight
-        key = (self.vocab._version, self.vocab.data_ptr(), w.dtype, w.device)
+        key = (self.vocab._version, self.vocab.data_ptr(), w.dtype, w.device, self.rows_format)
         if self.rows is None or self.rows[1] != key:  # subtle: load_state_dict and set_vocab bump the version
-            self.rows = (w[self.vocab].detach(), key)  # (V', C), in memory only
-        return F.linear(self.target.transformer.ln_f(f), self.rows[0])
+            rows = w[self.vocab].detach()  # (V', C), in memory only
+            self.rows = (rows if self.rows_format == "float32" else int8_rows(rows.float()), key)
+        x = self.target.transformer.ln_f(f)
+        return F.linear(x, self.rows[0]) if self.rows_format == "float32" else matmul("int8", x, self.rows[0]).to(f.dtype)
+
+    @property
+    def support(self):  # the ids q can give mass to (speculative.draft_probs computes q over them), or None: all
+        return self.vocab
+
+    def rows_in(self, fmt):
+        """Run the LM head's rows of the draft's vocabulary as an engine runs a draft beside a quantized target
+        (engine/fast.py with_decoder): "int8" (one scale per row, engine/llama.py's int8 format; over 8,192 tokens a
+        fifth of float32's time on an AMD EPYC, BENCHMARKS.md) or "float32". q changes a little; the round stays
+        exact for whatever q the draft computes. A head over the whole vocabulary keeps the target's own LM head.
+        A head object runs in the format the last with_decoder call that was given it chose."""
+        if fmt not in ("float32", "int8"):
+            raise ValueError(f"rows_in takes 'float32' or 'int8', got {fmt!r}")
+        self.rows_format = fmt
+        return self
 
     def draft_head(self, f):  # features (..., C) -> logits (..., V): q's, -inf outside the draft's vocabulary
         logits = self.reduced_logits(f)

@@ -195,10 +195,12 @@ class FastLlama(nn.Module):
     def fill(self, idx):  # (1, T): a prompt's tokens into the empty cache, in one batched float32 forward, no logits
         """The prefill of an engine: speculative.CachedModel reads the tokens before the first scored position
         here when the cache is empty (a call's start, a slid window), in plain and speculative sampling alike, so both
-        go on from the same cache. What it leaves out: the features (a head reads the prompt itself)."""
+        go on from the same cache. It leaves the prompt's features (model.Features) as a forward does: a head reads
+        them before the round's first drafts (drafts/heads.py absorb) instead of running the target over the prompt."""
         assert self.cache.length == 0, "fill reads a prompt into an empty cache"
         pos, mask = self.cache.place(idx.size(1), None, None)
-        self.blocks(idx, self.cache, pos, mask, False, self.fill_layers, "float32")
+        x, kept = self.blocks(idx, self.cache, pos, mask, False, self.fill_layers, "float32")
+        self.features = self.model.features = Features(0, idx, x, tuple(kept))
 
     def blocks(self, idx, cache, pos, mask, rows, layers, fmt):  # (B, T) -> (residual (B, T, C), kept layers' outputs)
         c, (B, T) = self.config, idx.size()

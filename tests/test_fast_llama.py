@@ -212,3 +212,22 @@ def test_the_formats_table_times_every_format_and_its_prompt_read_both_ways(caps
     assert all(r["read_ms"] > 0 and r["read_own_ms"] > 0 and r["step_ms"] > 0 for r in rows)
     assert sorted(fills) == sorted(3 * [f for f in FORMATS if f != "float32"])
     assert f"a {READ}-token prompt read in one forward of its kernels | as the samplers read it |" in capsys.readouterr().out
+
+
+def test_a_heads_lm_head_rows_run_in_int8_beside_a_quantized_target():
+    """with_decoder runs a head's reduced LM-head rows in int8 beside int8 or int4 (as engines quantize a draft with
+    its target), in float32 beside float32; the logits move by a rounding's reach, and rows_in refuses other formats."""
+    from drafts import heads
+    target = q4_llama(0)
+    head = heads.KINDS["eagle3"][0](target, draft_vocab=16)
+    f = torch.randn(1, 3, target.config.n_embd)
+    want = head.reduced_logits(f)
+    assert with_decoder("fast", target, head)[1].rows_format == "float32"
+    for decoder in ("fast-int8", "fast-int4"):
+        head.rows_in("float32")
+        assert with_decoder(decoder, target, head)[1].rows_format == "int8"
+        got = head.reduced_logits(f)
+        assert got.shape == want.shape and not torch.equal(got, want)
+        assert (got - want).abs().max() < 0.02 * want.abs().max(), (got - want).abs().max()
+    with pytest.raises(ValueError, match="rows_in takes 'float32' or 'int8'"):
+        head.rows_in("int4")

@@ -127,3 +127,22 @@ def test_bad_arguments_get_clear_errors(gpt_pair, kwargs, message):
     args["draft"] = args["draft"] or target
     with pytest.raises(ValueError, match=message):
         speculative_generate(**args)
+
+
+@pytest.mark.parametrize("sampling", [dict(temperature=1.0), dict(temperature=0.7, top_k=3), dict(temperature=1.3,
+                                      top_p=0.8), dict(temperature=0.0)])
+def test_q_over_a_drafts_support_is_q_over_the_whole_vocabulary_and_draws_the_same_token(sampling):
+    """A draft with a reduced vocabulary (drafts/heads.py) has logits -inf outside it: draft_probs computes q over the
+    support alone and draw() samples there; the same q, and the same token from the same generator state."""
+    import speculative
+    torch.manual_seed(0)
+    V, support = 50, torch.tensor([1, 4, 7, 8, 20, 33, 49])
+    logits = torch.full((V,), float("-inf"))
+    logits[support] = torch.randn(len(support)) * 2
+    probs = lambda l: sampling_probs(l, **sampling)
+    dense = speculative.draft_probs(logits, probs, 0, [], 0)
+    sparse = speculative.draft_probs(logits, probs, 0, [], 0, support)
+    assert torch.allclose(dense, sparse, atol=1e-6) and sparse[logits == float("-inf")].eq(0).all()
+    for seed in range(20):
+        x = speculative.draw(sparse, torch.Generator().manual_seed(seed), support)
+        assert x == speculative.sample(dense, torch.Generator().manual_seed(seed)), seed
