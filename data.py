@@ -263,16 +263,90 @@ WORD_PROBLEMS = ("A shop sells pencils at {a} cents each. How much do {b} pencil
                  "Write a Python function that returns the sum of the numbers from 1 to n, and use it for n = {a}.")
 
 
+DOCUMENT_TASKS = (  # a passage, then one of these: the suite's summary and rag kinds, on other text (python_text)
+    "Summarise the passage above in two sentences.", "Write a one-sentence summary of the text above.",
+    "Summarise the text above for a beginner, in three short sentences.",
+    "Using only the passage above, explain its main idea in plain words.",
+    "According to the text above, what are the two most important points?",
+    "Based on the passage above, write two questions a student might ask, with their answers.",
+    "Which example or rule does the text above give? Explain it briefly.")
+CODE_TASKS = ("Add a docstring to this function and return it whole.", "Explain what this function does, step by step.",
+              "Rewrite this function with clearer variable names and return it whole.",
+              "Add type hints to this function and return it whole.", "Write two unit tests for this function.",
+              "Is there a bug or an edge case this function misses? Explain briefly.")
+SENTENCES = ("{name} is going to the {place} on {day} to buy some {thing}.", "The {place} opens at nine and closes at six.",
+             "Could you tell me where the nearest {place} is?", "{name} forgot the {thing} at home again this morning.",
+             "We will meet at the {place} on {day} after lunch.", "My sister likes {thing} more than anything else.",
+             "It rained all day, so {name} stayed at home and read a book.", "The {thing} in this {place} are very cheap.",
+             "Please remember to close the window before you leave.", "{name} has lived in this town for ten years.",
+             "On {day} the children visited the {place} with their teacher.", "I would like a cup of tea and some {thing}, please.")
+NAMES, PLACES = ("Anna", "Tom", "Maria", "Paul", "Sofia", "Jonas", "Lena", "Omar"), (
+    "market", "library", "station", "bakery", "museum", "park", "post office", "school")
+DAYS, THINGS = ("Monday", "Tuesday", "Friday", "Saturday", "Sunday"), ("apples", "bread", "flowers", "books", "cheese",
+                                                                      "stamps", "candles", "oranges")
+LANGUAGES = ("French", "Spanish", "German", "Italian")
+QUESTIONS = ("a rainbow", "photosynthesis", "gravity", "a volcano", "an atom", "democracy", "inflation", "a glacier",
+             "the water cycle", "a black hole", "DNA", "an earthquake", "a vaccine", "electricity", "a comet", "the tide",
+             "a fossil", "a tornado", "an eclipse", "a compass", "the ozone layer", "a tsunami", "a galaxy", "erosion",
+             "a calorie", "a virus", "a magnet", "the equator", "a lighthouse", "a telescope")
+MORE_PROBLEMS = ("What is {a}% of {c}? Show how you work it out.",
+                 "A rectangle is {a} cm long and {b} cm wide. What are its area and perimeter?",
+                 "A film starts at {b}:15 and lasts {a} minutes. When does it end?",
+                 "Tom saves {b} euros a week. How many weeks until he has {c} euros?",
+                 "Split {c} sweets equally among {b} children. How many does each get, and how many are left?")
+FOLLOWUPS = ("Make that shorter.", "Can you give me an example?", "Now explain it to an expert.",
+             "Turn your answer into a bulleted list.", "Thanks! What should I read to learn more?",
+             "Can you say that more simply?", "What did you leave out?")
+
+
+def documents():  # -> (passages of the Python documentation, speeches of the plays, functions of its standard modules)
+    """Offline text for the document, summary and code requests (python_text's sources and the plays), cut into
+    paragraphs of 350-1,200 characters, speeches of 300-900, and functions of 4-25 lines."""
+    import ast
+    import re
+    import sysconfig
+    from pydoc_data.topics import topics
+    prose = [p.strip() for name in sorted(topics) for p in re.split(r"\n\s*\n", topics[name])]
+    prose = [p for p in prose if 350 <= len(p) <= 1200 and "\n   " not in p and not p.startswith((" ", "*", "-", ">>>"))]
+    speeches = [p.strip() for p in shakespeare()[0].split("\n\n") if 300 <= len(p.strip()) <= 900]
+    functions = []
+    for name in PYTHON_MODULES:
+        source = open(os.path.join(sysconfig.get_paths()["stdlib"], name + ".py"), encoding="utf-8").read()
+        functions += [ast.get_source_segment(source, node) for node in ast.walk(ast.parse(source))
+                      if isinstance(node, ast.FunctionDef) and 4 <= node.end_lineno - node.lineno + 1 <= 25]
+    return prose, speeches, functions
+
+
 def chat_requests(n, seed=0):
-    """-> n user requests written for training a draft on a chat model's own answers: TOPICS x REQUESTS, and word
-    problems with numbers drawn from `seed`, shuffled. None of them is a request of the task suite
-    (benchmarks/chat_tasks.py): a draft trained on its answers is measured on requests it never saw."""
+    """-> n requests written for training a draft on a chat model's own answers. Up to 900: TOPICS x REQUESTS and
+    word problems with numbers drawn from `seed`, shuffled. Past 900, those first, then, shuffled, the suite's kinds
+    on other text (documents()): summaries and questions about a passage, code to explain or edit, sentences to
+    translate, short factual questions, more word problems; and the last n // 8 are second turns, {"after": i,
+    "content": ...}: a follow-up on request i's answer (an earlier one; train_draft.py fills in the model's own answer).
+    None of them is a request of the task suite (benchmarks/chat_tasks.py): a draft trained on its answers is
+    measured on requests it never saw."""
     import random
     rng = random.Random(seed)
     pool = [r.format(t=t) for t in TOPICS for r in REQUESTS]
     pool += [w.format(a=rng.randint(3, 97), b=rng.randint(2, 12), c=rng.randint(20, 200))
              for _ in range(len(pool) // (2 * len(WORD_PROBLEMS))) for w in WORD_PROBLEMS]
     rng.shuffle(pool)
-    if n > len(pool):
-        raise ValueError(f"chat_requests has {len(pool)} requests, not {n}")
-    return pool[:n]
+    if n <= len(pool):  # (the first 576 trained the drafts shipped before the other kinds came)
+        return pool[:n]
+    prose, speeches, functions = documents()
+    more = [f"{p}\n\n{task}" for p in prose for task in rng.sample(DOCUMENT_TASKS, 2)]
+    more += [f"{p}\n\nSummarise this speech from a play in plain modern English." for p in rng.sample(speeches, 150)]
+    more += [f"```python\n{f}\n```\n\n{rng.choice(CODE_TASKS)}" for f in rng.sample(functions, min(300, len(functions)))]
+    more += [f"Translate into {rng.choice(LANGUAGES)}: " + rng.choice(SENTENCES).format(
+        name=rng.choice(NAMES), place=rng.choice(PLACES), day=rng.choice(DAYS), thing=rng.choice(THINGS))
+        for _ in range(300)]
+    more += [f"{ask.format(x=x)}" for x in QUESTIONS for ask in ("What is {x}? Answer in two sentences.",
+                                                                 "Explain {x} in one short paragraph.")]
+    more += [w.format(a=rng.randint(3, 97), b=rng.randint(2, 12), c=rng.randint(20, 200))
+             for _ in range(50) for w in MORE_PROBLEMS]
+    rng.shuffle(more)
+    pool += more
+    singles = n - n // 8
+    if singles > len(pool):
+        raise ValueError(f"chat_requests has {len(pool) + len(pool) // 8} requests, not {n}")
+    return pool[:singles] + [{"after": rng.randrange(singles), "content": rng.choice(FOLLOWUPS)} for _ in range(n // 8)]

@@ -93,7 +93,7 @@ PRETRAINED_HEADS = {  # --target smollm2 --head KIND: the recipes of checkpoints
     "small": dict(n_layer=2, draft_vocab=8192, batch_size=8, block_size=128, max_iters=2000, lr=3e-4, min_lr=3e-5,
                   warmup_iters=100, eval_interval=250),  # its blocks start as the target's first two: a gentler lr
 }
-DISTILL_DATA = dict(answers=576, answer_tokens=192, text_tokens=65536)  # what the drafts of a pretrained target
+DISTILL_DATA = dict(answers=2304, answer_tokens=192, text_tokens=65536)  # what the drafts of a pretrained target
 #   learn from: the target's own answers at T = 1 to data.chat_requests, and windows of the plays and Python's text
 DEFAULTS = dict(n_layer=4, n_head=4, n_embd=128, block_size=128, dropout=0.0, batch_size=16, max_iters=1000,
                 lr=1e-3, min_lr=1e-4, warmup_iters=50, eval_interval=250, patience=0)  # patience 0: no early stop
@@ -514,27 +514,69 @@ def train_parallel(args, splits, tok, corpus_desc):
 
 # ---- a draft for a pretrained target (--target smollm2): its own answers, its features on disk -----------------
 
-def target_answers(target, tok, n, max_new, path, seed, batch=32):  # -> [ids of a request and its answer] * n
+def target_answers(target, tok, n, max_new, path, seed, batch=32, shipped=None):  # -> [ids of a request and its answer] * n
     """The target's own answers, sampled at T = 1, to data.chat_requests(n) in its chat template, batch rows at a
-    time (engine/batched.py), each ending with its turn or at max_new tokens. Saved to path after every batch:
-    a run stopped here goes on where it was."""
+    time (engine/batched.py), each ending with its turn or at max_new tokens; a second turn reads the answer its
+    first turn got here. Saved to path after every batch: a run stopped here goes on where it was. shipped: the
+    answers that ship with the drafts (checkpoints/NAME/answers.pt, pack_answers), where they are these requests':
+    the run starts from them."""
     from tqdm import tqdm
     from engine.batched import autoregressive_generate_batch
     requests = data.chat_requests(n, seed)
-    done = torch.load(path, weights_only=True) if os.path.exists(path) else {"rows": []}
+    done = read_answers(path) if os.path.exists(path) else {"rows": []}
     if done.get("requests", requests) != requests or done.get("max_new", max_new) != max_new:
         raise SystemExit(f"{path} holds answers to other requests: delete it, or pass the --answers and --seed it "
                          "was made with")
+    if not done["rows"] and shipped and os.path.exists(shipped):
+        ours = read_answers(shipped)
+        if ours["requests"] == requests and ours["max_new"] == max_new:
+            print(f"answers: {len(ours['rows'])} of {n} from {shipped}")
+            done = ours
     rows = done["rows"]
-    for i in tqdm(range(len(rows), n, batch), desc="answers", initial=len(rows) // batch, total=-(-n // batch)):
-        prompts = [tok.chat([{"role": "user", "content": r}]) for r in requests[i:i + batch]]
+
+    def conversation(r):  # a request -> its messages; a second turn follows the model's own first answer (rows)
+        if isinstance(r, str):
+            return [{"role": "user", "content": r}]
+        start, ids = rows[r["after"]]
+        answer = ids[start:-1] if [ids[-1]] in tok.stop else ids[start:]  # (the template ends the turn itself)
+        return conversation(requests[r["after"]]) + [{"role": "assistant", "content": tok.decode(answer)},
+                                                     {"role": "user", "content": r["content"]}]
+
+    firsts = sum(isinstance(r, str) for r in requests)  # (a batch holds first turns or second turns, not both)
+    starts = [i for i in range(0, n, batch) if i < firsts] + list(range(firsts, n, batch))
+    bar = tqdm(total=n, initial=len(rows), desc="answers", unit="answer")
+    for i, end in zip(starts, starts[1:] + [n]):
+        if end <= len(rows):
+            continue
+        prompts = [tok.chat(conversation(r)) for r in requests[i:end]]
         g = torch.Generator().manual_seed(seed * 100_003 + i)
         outs, _ = autoregressive_generate_batch(target, prompts, max_new, temperature=1.0, generator=g, stop=tok.stop)
         rows += [(len(p), out.tolist()) for p, out in zip(prompts, outs)]  # (where the answer starts, the ids)
         tmp = f"{path}.tmp{os.getpid()}"
         torch.save({"requests": requests, "max_new": max_new, "rows": rows}, tmp)
         os.replace(tmp, path)
+        bar.update(len(prompts))
+    bar.close()
     return rows
+
+
+def pack_answers(path, out):  # target_answers' file -> a compact copy to ship: the ids as uint16, one tensor
+    done = read_answers(path)
+    rows = done["rows"]
+    packed = {"requests": done["requests"], "max_new": done["max_new"],
+              "starts": torch.tensor([start for start, _ in rows], dtype=torch.int32),
+              "lengths": torch.tensor([len(ids) for _, ids in rows], dtype=torch.int32),
+              "ids": torch.tensor([x for _, ids in rows for x in ids], dtype=torch.int32).to(torch.uint16)}
+    torch.save(packed, out + ".tmp")
+    os.replace(out + ".tmp", out)
+
+
+def read_answers(path):  # -> {"requests", "max_new", "rows": [(start, ids)]}, from either format
+    done = torch.load(path, weights_only=True)
+    if "ids" in done:  # pack_answers'
+        ids = done.pop("ids").to(torch.int32).split(done.pop("lengths").tolist())
+        done["rows"] = [(start, row.tolist()) for start, row in zip(done.pop("starts").tolist(), ids)]
+    return done
 
 
 def text_windows(tok, n_tokens, width=256):  # -> (train windows, val windows): lists of width ids
@@ -602,9 +644,12 @@ def train_for_pretrained(args):
     os.makedirs(args.out_dir, exist_ok=True)
     print(f"[{args.head}] target {target.about}; data {d}")
     rows = target_answers(target, tok, d["answers"], d["answer_tokens"], os.path.join(args.out_dir,
-                          f"answers-{d['answers']}x{d['answer_tokens']}-seed{args.seed}.pt"), args.seed)
-    n_val = max(len(rows) // 16, 1)  # the last answers validate
-    answers = [ids[start:] for start, ids in rows]
+                          f"answers-{d['answers']}x{d['answer_tokens']}-seed{args.seed}.pt"), args.seed,
+                          shipped=os.path.join(heads.ROOT, "checkpoints", pretrained.name_of(args.target), "answers.pt"))
+    val_rows = rows[15::16] if len(rows) >= 16 else rows[-1:]  # every 16th answer validates (first and second turns)
+    train_rows = [row for i, row in enumerate(rows) if not (i % 16 == 15 if len(rows) >= 16 else i == len(rows) - 1)]
+    answers = [ids[start:] for start, ids in train_rows + val_rows]
+    n_val = len(val_rows)
     V = target.config.vocab_size
     vocab = choose_vocab(answers[:-n_val], h["draft_vocab"], V) if h["draft_vocab"] else None
     W = target.config.block_size  # (a sequence longer than the window keeps its last W tokens)
@@ -616,15 +661,21 @@ def train_for_pretrained(args):
               f"{share(coverage(vocab, text_val, V))}" if vocab is not None else ""))
     layers = three_layers(target.config.n_layer)  # every head's view is among them (eagle and small: the last)
     cache = os.path.join(args.out_dir, f"features-{d['answers']}x{d['answer_tokens']}-{d['text_tokens']}-seed{args.seed}")
-    train = feature_cache(target, [ids[-W:] for _, ids in rows[:-n_val]] + text_train, layers, cache + "-train",
+    train = feature_cache(target, [ids[-W:] for _, ids in train_rows] + text_train, layers, cache + "-train",
                           "features")
-    val = feature_cache(target, [ids[-W:] for _, ids in rows[-n_val:]] + text_val, layers, cache + "-val", "val features")
+    val = feature_cache(target, [ids[-W:] for _, ids in val_rows] + text_val, layers, cache + "-val", "val features")
     print(f"[{args.head}] features of {len(train['ids'])} train and {len(val['ids'])} val positions, "
           f"{(time.time() - tic) / 60:.1f} min so far")
 
     torch.manual_seed(args.seed)
     cls = heads.KINDS[args.head][0]
     head = cls(target, n_layer=h["n_layer"], draft_vocab=h["draft_vocab"])
+    if args.init:  # e.g. the shipped head: its weights, this run's vocabulary (the target's LM-head rows, not trained)
+        start_from = heads.load(args.init, target)
+        if start_from.n_layer != head.n_layer or type(start_from) is not cls:
+            raise SystemExit(f"--init {args.init} holds a {type(start_from).__name__} of {start_from.n_layer} blocks, "
+                             f"not a --head {args.head} of {head.n_layer}: pass a checkpoint of the same kind and shape")
+        head.load_state_dict({k: v for k, v in start_from.state_dict().items() if k != "vocab"}, strict=False)
     if vocab is not None:
         head.set_vocab(vocab)
     view = (lambda f: f.flatten(-2)) if args.head == "eagle3" else (lambda f: f[..., -1, :])  # (.., 3C) or (.., C)
@@ -682,7 +733,7 @@ def train_for_pretrained(args):
                       "minutes": round((elapsed + seconds) / 60, 1)})
         losses.clear()
         heads.save(path, head, {"target": target.about, "data": d, "hparams": h, "iter": it, "val_alpha": alphas,
-                                "curve": curve, "seed": args.seed, "autocast": args.autocast,
+                                "curve": curve, "seed": args.seed, "autocast": args.autocast, "init": args.init,
                                 "train_seconds": round(elapsed + seconds, 1),
                                 "source": f"trained by train_draft.py from {target.about}'s own outputs (its licence, "
                                           "Apache-2.0, applies)"})

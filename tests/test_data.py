@@ -62,3 +62,22 @@ def test_prepare_caches_and_rebuilds_when_the_text_changes(tmp_path):
 def test_missing_corpus_file_is_a_clear_error(tmp_path):
     with pytest.raises(SystemExit, match="no such file"):
         data.prepare(str(tmp_path / "missing.txt"), "char", data_dir=str(tmp_path))
+
+
+def test_the_training_requests_are_the_suites_kinds_on_other_text_and_second_turns_follow_first_ones():
+    """data.chat_requests: the same list for the same seed; the first 900 as they were; past them summaries,
+    document questions, code and translations; the last n // 8 are follow-ups on an earlier first turn; and none is
+    a request of the task suite (benchmarks/chat_tasks.py), on which the drafts are measured."""
+    from benchmarks.chat_tasks import TASKS
+    requests = data.chat_requests(2304, 1337)
+    assert requests == data.chat_requests(2304, 1337) and requests[:437] == data.chat_requests(500, 1337)[:437]
+    firsts = [r for r in requests if isinstance(r, str)]
+    assert len(firsts) == 2304 - 288 and requests[:len(firsts)] == firsts
+    assert all(r["after"] < len(firsts) and r["content"] in data.FOLLOWUPS for r in requests[len(firsts):])
+    later = " ".join(firsts[900:])
+    for kind in ("Summarise", "```python", "Translate into", "the passage above"):
+        assert kind in later, kind
+    suite = {m["content"] for _, conversations in TASKS.values() for c in conversations for m in c}
+    assert not suite & set(firsts)
+    with pytest.raises(ValueError, match="chat_requests has"):
+        data.chat_requests(10 ** 5)

@@ -356,3 +356,24 @@ def test_train_draft_trains_a_head_for_a_gguf_target_on_its_own_answers_and_resu
     with pytest.raises(SystemExit):
         train_draft.get_args(argv[:2] + ["--head", "medusa"])
     assert "--head medusa is not trained for a pretrained target here: use eagle3, eagle, small" in capsys.readouterr().err
+
+
+def test_second_turns_read_their_first_answer_and_the_answers_ship_in_a_file_a_run_starts_from(tiny_gguf, tmp_path,
+                                                                                             monkeypatch):
+    """data.chat_requests' last n // 8 requests follow up on an earlier one: its prompt holds the model's own answer
+    to it. pack_answers writes the answers compactly (checkpoints/NAME/answers.pt); a run whose requests they are
+    starts from them and generates nothing."""
+    import train_draft
+    target, tok = pretrained.load(tiny_gguf)
+    rows = train_draft.target_answers(target, tok, 16, 4, str(tmp_path / "answers.pt"), 0)
+    requests = train_draft.data.chat_requests(16, 0)
+    assert [isinstance(r, dict) for r in requests] == [False] * 14 + [True] * 2
+    for r, (start, ids) in zip(requests[14:], rows[14:]):
+        first_start, first = rows[r["after"]]
+        answer = first[first_start:-1] if [first[-1]] in tok.stop else first[first_start:]
+        assert tok.decode(answer) in tok.decode(ids[:start]) and r["content"] in tok.decode(ids[:start])
+    train_draft.pack_answers(str(tmp_path / "answers.pt"), str(tmp_path / "shipped.pt"))
+    assert train_draft.read_answers(str(tmp_path / "shipped.pt"))["rows"] == rows
+    monkeypatch.setattr("engine.batched.autoregressive_generate_batch", lambda *a, **k: pytest.fail("generated again"))
+    assert train_draft.target_answers(target, tok, 16, 4, str(tmp_path / "new.pt"), 0,
+                                      shipped=str(tmp_path / "shipped.pt")) == rows
