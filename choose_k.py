@@ -237,3 +237,80 @@ class AutoK:
         decoding = len(steps) == len(draft_forwards) and len(wide) == len(target_forwards) == 1
         if seconds is not None and K and decoding:  # a round that read a prompt or a slid window would count it
             self.rest_s[K].append(max(0.0, seconds - wide[0]) / unit)  # the draft's steps and what no forward covers
+
+
+class AutoBudget:
+    """budget="auto" for EAGLE-2's dynamic tree (verifiers/tree.py, rerank=True): how many of the grown nodes the
+    target scores this round, from what the earlier rounds measured. Theorem 3.8 has no tree form; this is its rule
+    with the tree's own estimate. The rerank orders the nodes by path confidence (the product of the draft's own
+    probabilities along the path); the first N of that order are a tree (a child's confidence is at most its
+    parent's), and EAGLE-2 takes their summed confidence as the drafts a round keeps. So N maximizes
+
+        (1 + s * (conf_1 + ... + conf_N)) / (rest + t(width N))
+
+    where s scales the confidences to the drafts actually kept in recent rounds (1 to start: the estimate as it
+    is; a head is overconfident on text it was not trained on), t(width) is the target forward over the N nodes and
+    the tokens before them, read from recent forwards of each width as AutoK reads v (a line through the widths,
+    a width read `own_after` times its own median, every width as dear as the one known while one is), and rest the
+    round's other seconds (the draft's levels, sampling, the walk). Where a tree's forward costs about one step (a
+    GPU; bfloat16 with AMX) N grows to the whole grown tree; where it costs a step per node (int4 on a CPU without
+    bfloat16 units) N falls towards a chain.
+
+    Exact for the same reason as the rerank's fixed budget and as AutoK: N is chosen from the draft's outputs and
+    from earlier rounds, before the target scores anything. costs: width -> seconds, fixed (deterministic, for tests
+    and what-ifs), instead of the clock. Pass one object as budget= to several calls to keep what it learned;
+    budget="auto" keeps one per target and draft for the process (remembered)."""
+
+    fitted, line = AutoK.fitted, staticmethod(AutoK.line)
+
+    def __init__(self, costs=None, recent=32, own_after=4, prior=2.0):
+        if costs is not None and not callable(costs):
+            raise ValueError("AutoBudget: costs must be a function width -> seconds of a target forward, e.g. "
+                             "lambda width: 1.0 + 0.1 * width")
+        self.costs, self.own_after, self.prior = costs, own_after, prior
+        self.target_s = defaultdict(lambda: deque(maxlen=recent))  # width -> recent seconds of the tree's forward
+        self.rest_s = deque(maxlen=recent)  # the rest of recent rounds, in seconds
+        self.predicted, self.kept = deque(maxlen=64), deque(maxlen=64)  # per round: summed confidence scored, kept
+        self.chosen = []  # (nodes grown, nodes scored) of each round
+
+    @classmethod
+    def remembered(cls, target, draft):  # -> the AutoBudget of this target and draft model for the process
+        memories = BUDGETS.setdefault(target, weakref.WeakKeyDictionary())
+        if draft not in memories:
+            memories[draft] = cls()
+        return memories[draft]
+
+    @property
+    def scale(self):  # drafts kept per unit of summed confidence in recent rounds, leaning on 1 with `prior` units
+        return (sum(self.kept) + self.prior) / (sum(self.predicted) + self.prior)
+
+    def choose(self, conf, before=1):
+        """conf: the grown nodes' path confidences in the rerank's order (highest first); before: the tokens the
+        forward scores ahead of the nodes -> N, how many of them the target scores (1 <= N <= len(conf))."""
+        if not conf:
+            return 0
+        if self.costs is None and not self.target_s:
+            N = len(conf)  # nothing measured yet: the whole tree, which measures the widest forward
+        else:
+            t = self.costs or self.fitted(self.target_s)
+            rest = 0.0 if self.costs else statistics.median(self.rest_s) if self.rest_s else 0.0
+            s, total, best, N = self.scale, 0.0, -1.0, 1
+            for n, c in enumerate(conf, start=1):
+                total += c
+                value = (1.0 + s * total) / max(rest + t(before + n), 1e-12)
+                if value > best:
+                    best, N = value, n
+        self.chosen.append((len(conf), N))
+        return N
+
+    def update(self, predicted, kept, width=None, seconds=None, rest=None):
+        """After a round: the scored nodes' summed confidence, the drafts kept; the target forward's width and
+        seconds and the round's other seconds where they were timed (a round that read a prompt passes None)."""
+        self.predicted.append(predicted)
+        self.kept.append(kept)
+        if width is not None:
+            self.target_s[width].append(seconds)
+            self.rest_s.append(rest)
+
+
+BUDGETS = weakref.WeakKeyDictionary()  # target model -> draft model -> AutoBudget (AutoBudget.remembered)

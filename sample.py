@@ -258,7 +258,8 @@ def add_registry_arguments(ap):
                 flags.setdefault(param, (default, entry.help.get(param, f"with --{kind} {name}")))
     for param, (default, text) in flags.items():
         kind = (dict(action=argparse.BooleanOptionalAction) if isinstance(default, bool) else
-                dict(type=int_tuple) if isinstance(default, tuple) else dict(type=type(default)))
+                dict(type=int_tuple) if isinstance(default, tuple) else
+                dict(type=int_or_auto) if isinstance(default, int) else dict(type=type(default)))
         try:
             ap.add_argument(f"--{param}", default=argparse.SUPPRESS,  # absent unless given: the entry's default
                             help=text if "default" in text else f"{text} (default: {default})", **kind)
@@ -272,6 +273,10 @@ def int_tuple(text):  # a tuple parameter's flag: "2,2" -> (2, 2)
         return tuple(int(x) for x in text.split(","))
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected comma-separated ints, e.g. 2,2, got {text!r}") from None
+
+
+def int_or_auto(text):  # an int parameter's flag, or auto where the entry takes it (--budget auto)
+    return text if text == "auto" else int(text)
 
 
 def given(args, entry):  # -> the entry's parameters: its defaults, overridden by the flags given

@@ -19,10 +19,12 @@ from verifiers import tree
 
 
 def tree_shape(text):  # --tree_shapes: "2,2" -> ((2, 2), 0); "4,4,4,4@16" -> ((4, 4, 4, 4), 16): a dynamic tree
+    """ "4,4,4@auto" -> ((4, 4, 4), "auto"): the dynamic tree whose size each round chooses (choose_k.AutoBudget)."""
     shape, _, budget = text.partition("@")
-    if budget and not budget.isdigit():
-        raise argparse.ArgumentTypeError(f"expected a shape, then @ and a node budget, e.g. 4,4,4,4@16, got {text!r}")
-    return int_tuple(shape), int(budget or 0)
+    if budget and not (budget.isdigit() or budget == "auto"):
+        raise argparse.ArgumentTypeError(f"expected a shape, then @ and a node budget or auto, e.g. 4,4,4,4@16, got "
+                                         f"{text!r}")
+    return int_tuple(shape), budget if budget == "auto" else int(budget or 0)
 
 
 def shape_name(shape, budget):  # -> "2,2" or "4,4,4,4@16"
@@ -44,7 +46,8 @@ def tree_report(args, target, tmeta):
     """Draft trees (verifiers/tree.py's tree_round), each --tree_shapes shape at each fixed K, for each --draft
     (a model, or a head that reads the target), beside plain sampling, interleaved as in main. The shape 1 is the
     chain; SHAPE@N is a dynamic tree of at most N nodes: EAGLE-2's (expansion and rerank) with children "top", its
-    expansion by path confidence alone with "sample" (the rerank of sampled children is not exact). Per row: tree
+    expansion by path confidence alone with "sample" (the rerank of sampled children is not exact); SHAPE@auto
+    EAGLE-2's with N chosen each round from the measured costs (choose_k.AutoBudget; "top" only). Per row: tree
     nodes per round; tokens per target call; tokens per round, measured on the rounds of the full depth K and
     predicted from their acceptance by depth and sibling rank (tree.expected_accepted_tree, each round's own
     shape: Theorem 3.8 has no tree form), its own and, for fixed shapes, the widest fixed tree's (out of sample);
@@ -65,7 +68,7 @@ def tree_report(args, target, tmeta):
     rules = [children] if children else ["sample", "top"]
     replacement = bool(getattr(args, "replacement", False))
     cols = [None] + [(name, K, shape, budget, rule) for name in names for K in args.k if K != "auto"
-                     for rule in rules for shape, budget in args.tree_shapes]
+                     for rule in rules for shape, budget in args.tree_shapes if budget != "auto" or rule == "top"]
     gen, n, rows = torch.Generator(device=args.device), args.max_new_tokens, []
     progress = Progress("--tree_shapes", len(args.settings) * args.repeats)
     run = lambda col, prompt, seed, sampling: (

@@ -325,3 +325,58 @@ def test_bad_tree_arguments_are_refused_clearly(kwargs, message):
     with pytest.raises(ValueError, match=message):
         speculative_generate(TableModel(seed=0), TableModel(seed=1), torch.tensor([[2, 0]]), 3, k=k, verify="tree",
                              **kwargs)
+
+
+# ---- budget="auto": the dynamic tree's size from the measured costs (choose_k.AutoBudget) ---------------------------
+
+def test_the_auto_budget_scores_the_whole_tree_where_width_is_free_and_a_chain_where_each_node_costs_a_step():
+    """(1 + s * summed confidence) / cost of the forward over the N likeliest nodes: with every width as dear as a
+    step (a GPU) all 6 nodes; with a step per token (int4 on a CPU without bfloat16 units) the first one alone,
+    since the next node's confidence (0.4) adds less than its step; s, the kept drafts per unit of confidence, comes
+    from the rounds so far (an overconfident draft is believed less)."""
+    from choose_k import AutoBudget
+    conf = [0.9, 0.4, 0.3, 0.2, 0.1, 0.05]
+    assert AutoBudget(costs=lambda width: 1.0).choose(conf) == 6
+    assert AutoBudget(costs=lambda width: float(width)).choose(conf) == 1
+    moderate = AutoBudget(costs=lambda width: 1.0 + 0.1 * width)  # the forward after x_{t-1}: width 1 + N
+    assert moderate.choose(conf) == 4  # (1 + 1.8) / 1.5 = 1.87 beats N = 3's 1.86 and N = 5's 1.81
+    for _ in range(32):  # rounds that kept a fifth of what the draft's confidence promised
+        moderate.update(predicted=2.0, kept=0.4)
+    assert abs(moderate.scale - (32 * 0.4 + 2) / (32 * 2.0 + 2)) < 1e-12 and moderate.choose(conf) == 1  # 1.002 > 0.993
+    clock = AutoBudget()
+    assert clock.choose(conf) == 6  # nothing measured: the whole tree, whose forward is then measured
+    for width, seconds in ((7, 7.0), (2, 2.0)) * 4:
+        clock.update(1.0, 1, width, seconds, 0.0)
+    assert clock.choose(conf) == 1  # the fitted line costs a step per token
+
+
+@pytest.mark.parametrize("k,n,sampling,costs", [
+    (2, 3, T1, lambda width: 1.0 + 0.3 * width),
+    (3, 4, K2, lambda width: float(width)),
+    (2, 4, dict(temperature=1.0, top_p=0.8), lambda width: 1.0),  # the windows slide
+])
+def test_the_auto_budget_keeps_the_dynamic_tree_exact(k, n, sampling, costs, monkeypatch):
+    """N comes from the draft's confidences and from earlier rounds (the calibration s), never from this round's
+    draws: every branch enumerated, with a new AutoBudget each run (fixed costs, so the branches replay)."""
+    from choose_k import AutoBudget
+    made = []
+    target, draft = TableModel(seed=0, block_size=8 if n < 4 else 4), TableModel(seed=1, block_size=8)
+    run = lambda: speculative_generate(target, draft, torch.tensor([[2, 0]]), n, k=k, verify="tree",
+                                       branches=(2, 2, 2), children="top", rerank=True,
+                                       budget=made.append(AutoBudget(costs=costs)) or made[-1], **sampling)[0][0, 2:].tolist()
+    assert_same_distribution(enumerate_branches(run, monkeypatch), target_joint(target, [2, 0], n, **sampling))
+    sizes = {N for budget in made for _, N in budget.chosen}
+    assert sizes and (len(sizes) > 1 or costs(1) == 1.0), sizes
+
+
+def test_budget_auto_runs_with_the_clock_and_remembers_per_pair(capsys):
+    from choose_k import AutoBudget
+    target, draft = random_gpt(0, vocab_size=11, block_size=32), random_gpt(1, vocab_size=11, block_size=32, n_layer=1)
+    out, stats = speculative_generate(target, draft, torch.tensor([[3, 1, 4]]), 20, k=3, verify="tree",
+                                      branches=(3, 3, 3), children="top", rerank=True, budget="auto",
+                                      generator=torch.Generator().manual_seed(0))
+    memory = AutoBudget.remembered(target, draft)
+    assert out.size(1) == 23 and memory.chosen and memory.target_s, memory.chosen
+    assert AutoBudget.remembered(target, draft) is memory and AutoBudget.remembered(draft, target) is not memory
+    with pytest.raises(ValueError, match="budget='auto' chooses how many of EAGLE-2's reranked nodes"):
+        speculative_generate(target, draft, torch.tensor([[3]]), 4, k=2, verify="tree", budget="auto")

@@ -16,18 +16,21 @@ attention mask (tree_attention, model.GPT's pos and mask); both caches then keep
 Children are sampled without replacement by default (Jeon et al. 2024; replacement=True: i.i.d., SpecInfer) or
 are the draft's top tokens, each tested as a point mass. budget=N grows at most N nodes where the draft's path
 probability is highest (after EAGLE-2's dynamic trees). rerank=True (children="top") is EAGLE-2's dynamic tree
-itself: each depth expands its likeliest nodes, and the budget likeliest nodes of the whole grown tree are kept.
+itself: each depth expands its likeliest nodes, and the budget likeliest nodes of the whole grown tree are kept;
+budget="auto" chooses that number each round from the costs and acceptance measured so far (choose_k.AutoBudget).
 
 What it leaves out: EAGLE-2's rerank of sampled children (it would drop sampled nodes by their own values, which
 is not exact: docs/variants.md), trees in batches (engine/batched.py), and k="auto" (its entry's auto_k=False:
 AutoK models token-wise rounds).
 """
 
+import time
 from dataclasses import dataclass, field
 
 import torch
 
 import speculative
+from choose_k import AutoBudget
 from speculative import Verifier, accept_probability, residual, window_end
 
 
@@ -130,7 +133,7 @@ def draft_tree(draft, tokens, t, k, branches, children, replacement, probs, gene
             m = width(branches, d) if not budget or rerank else min(width(branches, d), share - len(new))
             if m <= 0:  # this level's share is spent
                 break
-            q = speculative.draft_probs(logits[i], probs, t + d, tokens, t)
+            q = speculative.draft_probs(logits[i], probs, t + d, tokens, t, getattr(draft.model, "support", None))
             own = torch.softmax(logits[i].float(), -1)  # the draft's own probabilities: its confidence (EAGLE-2's)
             for x, q_x in draw_children(q, logits[i], m, children, replacement, generator):
                 new.append(tree.add(x, level[i], q_x, tree.confidence(level[i]) * own[x].item()))
@@ -235,9 +238,16 @@ def tree_round(target, draft, tokens, k, probs, generator, branches, children, r
     """
     if k == 0:  # the last token of a call, or at a window change: nothing to draft
         return speculative.speculative_round(target, draft, tokens, 0, probs, generator)
-    t = len(tokens)
-    tree, slots = draft_tree(draft, tokens, t, k, branches, children, replacement, probs, generator, budget,
-                             rerank)  # 1.
+    t, tic = len(tokens), time.perf_counter()
+    auto = budget if isinstance(budget, AutoBudget) else (
+        AutoBudget.remembered(target.model, draft.model) if budget == "auto" else None)
+    tree, slots = draft_tree(draft, tokens, t, k, branches, children, replacement, probs, generator,
+                             0 if auto else budget, rerank)  # 1.
+    if auto:  # budget="auto": the N nodes of highest confidence, N from the measured costs (choose_k.AutoBudget)
+        order = sorted(range(len(tree.tokens)), key=lambda i: (-tree.conf[i], i))
+        before = len(target.uncached(tokens, t, k + 1))  # the tokens the target's forward scores ahead of the nodes
+        kept = sorted(order[:auto.choose([tree.conf[i] for i in order], before)])
+        tree, slots = tree.subtree(kept), [slots[i] for i in kept]
     logits = score_tree(target, tokens, t, tree, k)  # 2. (1 + nodes, V), ONE target forward
     p, depth = probs(logits), [0] + tree.depth  # row i: the target at position t + depth[i]
     check = lambda i: speculative.checked(p[i], logits[i], "target", t + depth[i], tokens, t)
@@ -246,6 +256,11 @@ def tree_round(target, draft, tokens, k, probs, generator, branches, children, r
     if any(a is not None for a in slots):  # else the draft's cache holds x[s:t] at most (rolled back, or no level fed)
         keep_path(draft, t, [slots[i] for i in path if slots[i] is not None])  # (a fed node's ancestors were fed)
     tokens += [tree.tokens[i] for i in path] + [after]
+    if auto:  # what this round measured; its forward only where it read no prompt (its width is the tree's)
+        width, seconds = target.forwards[-1]
+        timed = width == before + len(tree.tokens)
+        auto.update(sum(tree.conf), len(path), width if timed else None, seconds,
+                    time.perf_counter() - tic - seconds)
     if tree_trace is not None:
         tree_trace.append((k, len(tree.tokens), tested, [(parent, c, i in path) for i, (parent, c) in
                                                          enumerate(zip(tree.parents, tree.conf))]))
@@ -309,9 +324,13 @@ def check_tree(branches, children, replacement, budget=0, rerank=False):
                          f"each a point mass), got {children!r}")
     if not isinstance(replacement, bool):
         raise ValueError(f"replacement must be True (i.i.d. children) or False (distinct), got {replacement!r}")
-    if not isinstance(budget, int) or isinstance(budget, bool) or budget < 0:
+    if budget == "auto" or isinstance(budget, AutoBudget):
+        if not rerank:
+            raise ValueError("budget='auto' chooses how many of EAGLE-2's reranked nodes the target scores: pass "
+                             "rerank=True and children='top' (--rerank --children top)")
+    elif not isinstance(budget, int) or isinstance(budget, bool) or budget < 0:
         raise ValueError(f"budget must be an int >= 0, the most nodes a tree may have (0: the fixed shape of "
-                         f"branches), got {budget!r}")
+                         f"branches), or 'auto' with rerank=True, got {budget!r}")
     if not isinstance(rerank, bool):
         raise ValueError(f"rerank must be True (EAGLE-2's dynamic tree) or False, got {rerank!r}")
     if rerank and children != "top":
@@ -342,7 +361,8 @@ speculative.ROUNDS.update(
                             children="with --verify tree: sample (drawn from the draft's q) or top (its most likely "
                                      "tokens, each a point mass)",
                             budget="with --verify tree: at most this many nodes, grown best first by the draft's path "
-                                   "probability (EAGLE-2); 0: the fixed shape",
+                                   "probability (EAGLE-2); 0: the fixed shape; auto (with --rerank): chosen each round "
+                                   "from the measured costs",
                             rerank="with --verify tree --children top: EAGLE-2's dynamic tree: expand the branches[d] "
                                    "likeliest nodes of each depth, keep the budget likeliest of all")),
 )
