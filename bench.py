@@ -43,6 +43,7 @@ What it leaves out: timing anything but the sampling loops (checkpoints load fir
 
 import argparse
 import os
+import re
 
 import torch
 
@@ -193,7 +194,7 @@ def main(argv=None):
         raise SystemExit("--device cuda, but torch sees no CUDA GPU here; use --device cpu")
     if args.export_requests:
         return export_requests(args.export_requests, args.prompts, args.max_new_tokens)
-    check_weights_before_load([d.split("@")[0].split(":")[0] for d in args.draft.split(",")], args.target)
+    check_weights_before_load([d.split("@")[0].split(":")[0] for d in re.split(r",(?!\d)", args.draft)], args.target)
     target, tmeta = load(args.target, args.device, "target")
     args.decoder = list(dict.fromkeys(decoder_for(d, target, args.device) for d in args.decoder))
     if args.batch:

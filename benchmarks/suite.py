@@ -11,6 +11,7 @@ where the model copies its prompt. docs/suite.md describes the categories and th
 import argparse
 import json
 import os
+import re
 import statistics
 import time
 
@@ -23,8 +24,8 @@ from benchmarks.theory import (acceptance_by_position, alpha_from_rounds, kept_h
                                why_it_does_not_pay, with_tests)
 import data
 from engine.fast import with_decoder
-from sample import int_tuple, parse_k, shown, verify_params
-from speculative import DRAFTS, autoregressive_generate, speculative_generate
+from sample import int_or_auto, int_tuple, parse_k, shown, verify_params
+from speculative import DRAFTS, ROUNDS, autoregressive_generate, check_drafts_trees, round_for, speculative_generate
 
 
 # Out of domain: modern prose, written for this suite (the character vocabulary has no brackets, slashes or "=",
@@ -98,35 +99,59 @@ def chat_suite_prompts(tok, n=None):
 
 
 def columns(args):
-    """--draft's entries as the suite's columns: (label, draft name or path, its parameters, K). An entry is NAME or
-    a path; NAME:PARAM=VALUE:... sets that draft's own flags for this column alone; @K its K (an int or auto).
-    'layerskip:layerskip_layers=8@auto' -> ('layerskip:layerskip_layers=8@auto', 'layerskip', {'layerskip_layers': 8},
-    'auto'). An entry without @K runs at every --k, and says @K in its label when --k has more than one."""
+    """--draft's entries as the suite's columns: (label, draft name or path, its parameters, K, its round). An entry
+    is NAME or a path; NAME:PARAM=VALUE:... sets that draft's own flags for this column alone, and :verify=ROUND with
+    that round's parameters its own verifier (speculative.ROUNDS; default: --verify's), so chains and trees stand in
+    one table; @K its K (an int or auto). 'layerskip:layerskip_layers=8@auto' -> ('layerskip:layerskip_layers=8@auto',
+    'layerskip', {'layerskip_layers': 8}, 'auto', {}); 'eagle3:verify=tree:branches=4,4,4:children=top:rerank=1:
+    budget=auto@3' -> (..., 'eagle3', {}, 3, {'verify': 'tree', 'branches': (4, 4, 4), 'children': 'top', 'rerank':
+    True, 'budget': 'auto'}). An entry without @K runs at every --k, and says @K in its label when --k has more than one."""
     out = []
-    for entry in args.draft.split(","):
+    for entry in re.split(r",(?!\d)", args.draft):  # (a comma before a digit is a tuple's: branches=4,4,4)
         head, _, at = entry.partition("@")
         name, *pairs = head.split(":") if head.split(":")[0] in DRAFTS else [head]
-        params = {}
-        for pair in pairs:
-            param, _, value = pair.partition("=")
-            if name not in DRAFTS or param not in DRAFTS[name].params or not value:
-                known = ", ".join(DRAFTS[name].params) if name in DRAFTS else "none"
-                raise SystemExit(f"--draft {entry}: {name}'s own flags are {known}; write NAME:FLAG=VALUE, "
-                                 "e.g. layerskip:layerskip_layers=8")
-            default = DRAFTS[name].params[param]
-            try:
-                params[param] = (value.lower() in ("1", "true", "yes") if isinstance(default, bool) else
-                                 int_tuple(value) if isinstance(default, tuple) else type(default)(value))
-            except (ValueError, TypeError) as e:
-                raise SystemExit(f"--draft {entry}: {param} takes a {type(default).__name__} ({e})") from e
+        rule = next((pair.partition("=")[2] for pair in pairs if pair.startswith("verify=")), None)
+        if rule is not None and rule not in ROUNDS:
+            raise SystemExit(f"--draft {entry}: verify= takes one of {', '.join(sorted(ROUNDS))}, e.g. "
+                             "eagle3:verify=tree:branches=4,4,4:children=top@3")
+        own = ROUNDS[rule].params if rule else {}
+        mine = DRAFTS[name].params if name in DRAFTS else {}
+        params = typed(entry, name, mine, [p for p in pairs if p.partition("=")[0] in mine or not
+                                           (p.startswith("verify=") or p.partition("=")[0] in own)],
+                       "e.g. layerskip:layerskip_layers=8")
+        verify = dict(verify=rule, **typed(entry, rule, own, [p for p in pairs if p.partition("=")[0] in own
+                                                              and p.partition("=")[0] not in mine],
+                                           "e.g. eagle3:verify=tree:branches=2,2")) if rule else {}
         try:
             ks = [parse_k(at)] if at else args.k
         except argparse.ArgumentTypeError as e:
             raise SystemExit(f"--draft {entry}: @K takes an int >= 1 or auto ({e})") from e
         shown_name = entry if name in DRAFTS else os.path.basename(head).removesuffix(".pt") + (f"@{at}" if at else "")
         for K in ks:
-            out.append((shown_name + (f"@{K}" if not at and len(args.k) > 1 else ""), name, params, K))
+            if verify:
+                try:
+                    round_for(rule, K, **{p: v for p, v in verify.items() if p != "verify"})
+                except ValueError as e:
+                    raise SystemExit(f"--draft {entry}: {e}") from e
+            out.append((shown_name + (f"@{K}" if not at and len(args.k) > 1 else ""), name, params, K, verify))
     return out
+
+
+def typed(entry, owner, defaults, pairs, example):  # ["PARAM=VALUE", ...] -> {param: value of its default's type}
+    params = {}
+    for pair in pairs:
+        param, _, value = pair.partition("=")
+        if param not in defaults or not value:
+            raise SystemExit(f"--draft {entry}: {owner}'s own flags are {', '.join(defaults) or 'none'}; write "
+                             f"NAME:FLAG=VALUE, {example}")
+        default = defaults[param]
+        try:
+            params[param] = (value.lower() in ("1", "true", "yes") if isinstance(default, bool) else
+                             int_tuple(value) if isinstance(default, tuple) else
+                             int_or_auto(value) if isinstance(default, int) else type(default)(value))
+        except (ValueError, TypeError, argparse.ArgumentTypeError) as e:
+            raise SystemExit(f"--draft {entry}: {param} takes a {type(default).__name__} ({e})") from e
+    return params
 
 
 def copied(new, prompt, n=COPY_RUN):  # -> the share of new tokens that end a run of n tokens found in the prompt
@@ -152,18 +177,24 @@ def suite_report(args, target, tmeta):
     chat = tok.kind == "gguf"  # a chat model: benchmarks/chat_tasks.py's requests, each answer ends with its turn
     cols = columns(args)
     mark = lossy(args.verify[0])  # every row, line and JSON entry of a lossy verifier's draft says so
+    verify = verify_params(args, args.verify[0])  # a column's own (/VERIFY) replaces it
     dec = args.decoder[0]
     tgt = with_decoder(dec, target)[0]
     memory = Memory(args.device)
-    made, draft_of, k_of, load_mb = {}, {}, {}, {}  # made: one draft per (name, parameters), shared by its Ks
-    for label, name, params, K in cols:
-        entry, label, key = label, label + mark, (name, tuple(params.items()))
+    made, draft_of, k_of, load_mb, verify_of = {}, {}, {}, {}, {}  # made: one draft per (name, parameters)
+    for label, name, params, K, own in cols:
+        entry, label, key = label, label + (lossy(own["verify"]) if own else mark), (name, tuple(params.items()))
+        verify_of[label] = own or verify
         load_mb[label] = 0.0
         if key not in made:
             memory.start()
             draft = build_draft(argparse.Namespace(**{**vars(args), **params}), name, target, tmeta)
             made[key] = with_decoder(dec, None, draft)[1]
             load_mb[label] = memory.grown()
+        try:  # a chains-only draft in a tree column: said before any run
+            check_drafts_trees(verify_of[label]["verify"], made[key])
+        except ValueError as e:
+            raise SystemExit(f"--draft {entry}: {e}") from e
         draft_of[label], k_of[label] = made[key], K
         if beyond_max_k(made[key], K):
             raise SystemExit(f"--draft {entry} proposes at most {made[key].max_k} tokens per round: "
@@ -175,10 +206,10 @@ def suite_report(args, target, tmeta):
     tasks = {cat: [(p.to(args.device), e) for p, e in prompts] for cat, prompts in tasks.items()}
     stop = tok.stop or None
     gen = torch.Generator(device=args.device)
-    verify = verify_params(args, args.verify[0])
     first = next(iter(tasks.values()))[0][0]
     for label in labels:  # warm-up: caches, allocator, kernels
-        speculative_generate(tgt, draft_of[label], first, 16, k=k_of[label], generator=gen.manual_seed(0), **verify)
+        speculative_generate(tgt, draft_of[label], first, 16, k=k_of[label], generator=gen.manual_seed(0),
+                             **verify_of[label])
     autoregressive_generate(tgt, first, 16, generator=gen.manual_seed(0))
     keys = [(cat, st, col) for cat in tasks for st in args.settings for col in [None] + labels]
     tps, per_prompt, rounds, fwd, wide, steps, ttft = ({key: [] for key in keys} for _ in range(7))
@@ -211,7 +242,7 @@ def suite_report(args, target, tmeta):
                         else:
                             out, s = speculative_generate(tgt, draft_of[col], prompt, args.max_new_tokens, k=k_of[col],
                                                           stream=stream, generator=gen.manual_seed(seed), **sampling,
-                                                          **verify)
+                                                          **verify_of[col])
                             rounds[cat, st, col] += with_tests(s)
                             steps[cat, st, col].append(steady(s.draft_times))
                             wide[cat, st, col] += wide_forwards(s)

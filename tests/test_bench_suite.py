@@ -126,14 +126,20 @@ def test_suite_columns_take_a_drafts_own_flags_and_its_k():
     from benchmarks.suite import columns
     args = bench.get_args(["--suite", "--k", "4", "--draft", "ngram@2,suffix:suffix_min_match=3:suffix_corpus=python@auto,"
                                                                "checkpoints/draft.pt,layerskip:layerskip_layers=1"])
-    assert columns(args) == [("ngram@2", "ngram", {}, 2),
+    assert columns(args) == [("ngram@2", "ngram", {}, 2, {}),
                              ("suffix:suffix_min_match=3:suffix_corpus=python@auto", "suffix",
-                              dict(suffix_min_match=3, suffix_corpus="python"), "auto"),
-                             ("draft", "checkpoints/draft.pt", {}, 4),
-                             ("layerskip:layerskip_layers=1", "layerskip", dict(layerskip_layers=1), 4)]
+                              dict(suffix_min_match=3, suffix_corpus="python"), "auto", {}),
+                             ("draft", "checkpoints/draft.pt", {}, 4, {}),
+                             ("layerskip:layerskip_layers=1", "layerskip", dict(layerskip_layers=1), 4, {})]
     two = columns(bench.get_args(["--suite", "--k", "2,auto", "--draft", "ngram"]))
     assert [label for label, *_ in two] == ["ngram@2", "ngram@auto"]  # several K: the label says which
-    for bad in ("ngram:n=3", "suffix:suffix_min_match=three", "ngram@0"):
+    tree = columns(bench.get_args(["--suite", "--draft", "eagle:verify=tree:branches=4,4,4:children=top:rerank=1:"
+                                                         "budget=auto@3,eagle:verify=multidraft:n_drafts=3@2"]))
+    assert [col[-1] for col in tree] == [dict(verify="tree", branches=(4, 4, 4), children="top", rerank=True,
+                                              budget="auto"), dict(verify="multidraft", n_drafts=3)]
+    for bad in ("ngram:n=3", "suffix:suffix_min_match=three", "ngram@0", "eagle:verify=bush@3", "eagle:verify=tree:"
+                "depth=2@3", "eagle:verify=tree@auto", "eagle:verify=tree:budget=auto@3", "eagle:branches=2@3"):
+        # (trees take an int K; budget auto needs the rerank; a verifier's flag needs its verify=)
         with pytest.raises(SystemExit):
             columns(bench.get_args(["--suite", "--draft", bad]))
 
