@@ -456,9 +456,13 @@ def speculative_generate(target, draft, idx, max_new_tokens, k=4, temperature=1.
         drf.slide(t)  # both windows first (a slid draft forgets the target's features of the old one), then the
         tgt.prefill(tokens, t)  # target's prefill, whose features of the prompt a head reads (drafts/heads.py)
         n_tgt, n_drf = len(tgt.forwards), len(drf.forwards)
+        if not K:
+            hand_over(draft, drf, tokens)
         kept, tested = kept_and_tested(one_round(tgt, drf, tokens, K, probs, generator), K)
         if auto:  # what this round measured: acceptance, and (tokens fed, seconds) of its forwards
             auto.update(K, kept, drf.forwards[n_drf:], tgt.forwards[n_tgt:], time.perf_counter() - round_tic)
+        if not K:
+            hand_over(draft, drf, tokens)
         stats.rounds.append((t, K, kept))
         stats.tested.append(tested)
         end_at = stop_end(tokens, first_new, stop, t) if stop else None
@@ -473,6 +477,15 @@ def speculative_generate(target, draft, idx, max_new_tokens, k=4, temperature=1.
     stats.new_tokens, stats.target_times, stats.draft_times = len(tokens) - first_new, tgt.times, drf.times
     stats.total_time = time.perf_counter() - tic
     return torch.tensor([tokens], dtype=torch.long, device=idx.device), stats
+
+
+def hand_over(draft, drf, tokens):
+    """Around a round without drafts (K = 0: k="auto" found none pays, or no room): such a round never calls the draft,
+    and its target forward overwrites the features the last one left, so a head (drafts/eagle.py) would run the target
+    over its window again at its next draft. Before and after it, the draft takes the tokens the target scored and
+    their features (sync), running nothing."""
+    if hasattr(draft, "sync") and context_start(len(tokens) - 1, drf.W) == drf.start:
+        draft.sync(tokens[drf.start:len(tokens) - 1])
 
 
 # ---- argument checks: clear errors instead of tracebacks from deep inside torch --------------------------------

@@ -31,6 +31,7 @@ from drafts.suffix import StackedDraft, SuffixDraft
 from engine.batched import autoregressive_generate_batch, speculative_generate_batch
 from engine.fast import with_decoder
 from pretrained.llama import Llama, LlamaConfig
+from choose_k import AutoK
 from speculative import DRAFTS, ROUNDS, autoregressive_generate, speculative_generate
 from tests.test_batched import patch_batched_draws, product
 from tests.test_exact_enumeration import assert_same_distribution, enumerate_branches, target_joint
@@ -464,3 +465,28 @@ def test_smollm2_greedy_speculative_equals_greedy_plain(smollm2, smollm2_greedy,
     spec, stats = speculative_generate(model, GREEDY[name][1](model), torch.tensor([prompt]), 20, k=3, temperature=0)
     assert spec.tolist() == plain.tolist()
     assert 0 < stats.accepted < stats.drafted, "the test should see drafts kept and drafts replaced"
+
+
+class Alternate(AutoK):  # K = 0, 2, 0, 2, ...: rounds without drafts between rounds with them, as k="auto" makes
+    def choose(self, limit):
+        self.chosen.append(2 * (len(self.chosen) % 2))
+        return min(self.chosen[-1], limit)
+
+
+@pytest.mark.parametrize("name", ["eagle3", "small"])
+def test_a_head_keeps_the_targets_features_through_rounds_without_drafts(name, monkeypatch):
+    """A round of K = 0 never calls the draft, and the next target forward overwrites its features: the samplers
+    hand them over (sync) before and after it, so a head never runs the target itself here (without them, once
+    after every such round). Exact either way."""
+    made = []
+    target, draft = with_draft(name)(8, 8)
+    run = lambda: speculative_generate(target, draft, torch.tensor([PROMPT]), 5, k=made.append(Alternate()) or made[-1],
+                                       **K2)[0][0, len(PROMPT):].tolist()
+    got = enumerate_branches(run, monkeypatch)
+    assert_same_distribution(got, target_joint(target, PROMPT, 5, **K2))
+    assert [0, 2] == made[0].chosen[:2]
+    if name == "eagle3":
+        draft.reset_cache()
+        reads = draft.extra_reads
+        run()
+        assert draft.extra_reads == reads, "no read: the first round, without drafts, scored the prompt for the head"
