@@ -139,3 +139,71 @@ def drift_table(target, prompts, formats=FORMATS, width=5):
         print(f"| {fmt} | {100 * r['equal']:.0f}% | {r['tv_median']:.1e} | {r['tv_max']:.1e} | "
               + (", ".join(f"{m:.3f}" for m in parted) if parted else "none") + " |")
     return rows
+
+
+VOCABS = (2048, 4096, 8192, 16384)  # a head's vocabularies to weigh (drafts/heads.py draft_vocab)
+
+
+@torch.no_grad()
+def vocab_table(target, prompt, kind="eagle3", vocabs=VOCABS, answers=None, repeats=30):
+    """A head's draft vocabulary, coverage against cost: for each size V', the share of the held-out answers' tokens
+    the V' tokens the training answers use most cover (train_draft.py's rule; answers: the shipped answers' rows, or
+    None), and a draft step of an untrained head of that kind over V' tokens, its LM-head rows in float32 and in int8,
+    as a round runs it (the forward, then q over its vocabulary and one draw), against the target's int4 step: c.
+    Interleaved, median of `repeats`. -> rows, printed."""
+    import speculative
+    from drafts import heads
+    from train_draft import choose_vocab, coverage
+    V = target.config.vocab_size
+    if answers:
+        held = [ids[start:] for i, (start, ids) in enumerate(answers) if i % 16 == 15]
+        train = [ids[start:] for i, (start, ids) in enumerate(answers) if i % 16 != 15]
+    fast, P = FastLlama(target, "int4"), prompt.size(1)
+    fast.reset_cache()
+    fast(prompt, use_cache=True)
+    made = {}
+    for n in vocabs:
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(0)
+            head = heads.KINDS[kind][0](target, draft_vocab=n)
+        head.set_vocab(choose_vocab(train, n, V) if answers else torch.arange(n))
+        head.reset_cache()
+        head(prompt, use_cache=True)
+        made[n] = head
+    probs, g = lambda logits: speculative.sampling_probs(logits, 1.0), torch.Generator().manual_seed(0)
+
+    def draft_step(head, fmt):
+        head.rows_in(fmt)
+        head.crop(P)
+        logits = head(prompt[:, -1:], use_cache=True)[0][0, -1]
+        speculative.draw(speculative.draft_probs(logits, probs, 0, [], 0, head.support), g, head.support)
+
+    def target_step():
+        fast.crop(P)
+        fast(prompt[:, -1:], use_cache=True)
+
+    calls = [("target", target_step)] + [((n, fmt), lambda h=made[n], f=fmt: draft_step(h, f))
+                                         for n in vocabs for fmt in ("float32", "int8")]
+    times = {name: [] for name, _ in calls}
+    for rep in range(repeats + 1):
+        for name, call in calls:
+            tic = time.perf_counter()
+            call()
+            if rep:  # the first round warms every shape up
+                times[name].append(time.perf_counter() - tic)
+    step = statistics.median(times["target"])
+    rows = [dict(vocab=n, coverage=coverage(choose_vocab(train, n, V), held, V) if answers else float("nan"),
+                 float32_ms=1e3 * statistics.median(times[n, "float32"]), int8_ms=1e3 * statistics.median(times[n, "int8"]),
+                 c_float32=statistics.median(times[n, "float32"]) / step, c_int8=statistics.median(times[n, "int8"]) / step)
+            for n in vocabs]
+    print(f"\na draft step of an {kind} head by its vocabulary (drafts/heads.py): the forward, q over its vocabulary and "
+          f"one draw, median of {repeats} interleaved, against the int4 target's step of {1e3 * step:.1f} ms (c); "
+          "coverage: the share of the held-out answers' tokens in the vocabulary the training answers choose"
+          + ("" if answers else " (no answers here: checkpoints/smollm2/answers.pt)"))
+    print("| vocabulary | coverage of held-out answers | step, float32 rows | c | step, int8 rows | c |")
+    print("|---|---|---|---|---|---|")
+    for r in rows:
+        covered = "-" if r["coverage"] != r["coverage"] else f"{100 * r['coverage']:.1f}%"
+        print(f"| {r['vocab']:,} | {covered} | "
+              f"{r['float32_ms']:.2f} ms | {r['c_float32']:.3f} | {r['int8_ms']:.2f} ms | {r['c_int8']:.3f} |")
+    return rows, 1e3 * step

@@ -13,6 +13,16 @@ from benchmarks.common import SETTINGS
 from speculative import speculative_generate
 
 
+def shipped_answers(llama):  # -> the rows of checkpoints/NAME/answers.pt (train_draft.pack_answers), or None
+    import os
+    from drafts import heads
+    path = os.path.join(heads.ROOT, "checkpoints", getattr(llama, "name", "") or "-", "answers.pt")
+    if not os.path.exists(path):
+        return None
+    from train_draft import read_answers
+    return read_answers(path)["rows"]
+
+
 @torch.no_grad()
 def profile(args, target, draft, prompts):
     """Where the time goes. 1) Forwards back to back on a cache holding the prompt, with 1 and 2 threads: one
@@ -25,9 +35,10 @@ def profile(args, target, draft, prompts):
     prompt, threads = prompts[0], torch.get_num_threads()
     llama = getattr(target, "model", target)  # engine/llama.py's FastLlama wraps the Llama it runs
     if hasattr(llama, "rope"):  # a Llama (a GGUF target): every weight format, beside the roof
-        from benchmarks.formats import drift_table, format_table
+        from benchmarks.formats import drift_table, format_table, vocab_table
         formats, bandwidth = format_table(llama, prompt)
         drift = drift_table(llama, prompts[:4])
+        vocabs, step_ms = vocab_table(llama, prompt, answers=shipped_answers(llama))
         if args.json:  # beside the sweep's rows: notebook 08 and the README read the formats from here
             import json
             import os
@@ -35,7 +46,7 @@ def profile(args, target, draft, prompts):
             with open(os.path.splitext(args.json)[0] + "_formats.json", "w") as fh:
                 json.dump(dict(target=llama.about, machine=machine(), threads=torch.get_num_threads(),
                                prompt_tokens=prompt.size(1), bandwidth_gb_s=bandwidth / 1e9, formats=formats,
-                               drift=drift), fh, indent=1)
+                               drift=drift, vocabs=vocabs, vocab_step_ms=step_ms), fh, indent=1)
 
     def forward_ms(model, n, repeats=50):  # median ms of a forward of n tokens after the prompt
         model.reset_cache()

@@ -231,3 +231,19 @@ def test_a_heads_lm_head_rows_run_in_int8_beside_a_quantized_target():
         assert (got - want).abs().max() < 0.02 * want.abs().max(), (got - want).abs().max()
     with pytest.raises(ValueError, match="rows_in takes 'float32' or 'int8'"):
         head.rows_in("int4")
+
+
+def test_the_vocabulary_table_weighs_coverage_against_a_heads_step(capsys):
+    """bench.py --profile's vocabulary table on a tiny Llama: a row per size, the coverage of the held-out answers
+    (every 16th) by the vocabulary the others choose, and a draft step in float32 and int8 rows against the step."""
+    from benchmarks.formats import vocab_table
+    target = q4_llama(0)
+    answers = [(1, [0] + [i % 7, (i * 3) % 11, 40 + i % 5]) for i in range(32)]  # held out: rows 15 and 31
+    rows, step_ms = vocab_table(target, torch.tensor([[3, 1, 4, 1, 5]]), vocabs=(4, 8), answers=answers, repeats=2)
+    assert [r["vocab"] for r in rows] == [4, 8] and step_ms > 0
+    held = [a[1][1:] for i, a in enumerate(answers) if i % 16 == 15]
+    assert all(0 < r["coverage"] <= 1 and r["float32_ms"] > 0 and r["int8_ms"] > 0 for r in rows)
+    assert rows[0]["coverage"] <= rows[1]["coverage"] and len(held) == 2
+    assert "| vocabulary | coverage of held-out answers |" in capsys.readouterr().out
+    rows, _ = vocab_table(target, torch.tensor([[3, 1, 4, 1, 5]]), vocabs=(4,), repeats=1)
+    assert rows[0]["coverage"] != rows[0]["coverage"]  # nan: no answers to cover
