@@ -153,7 +153,8 @@ def get_args(argv=None):
                  "--tree_shapes, --profile and --init_from (and --hf, which the suite takes with --target smollm2)")
     for shape, budget in args.tree_shapes or []:
         try:
-            round_for("tree", 2, branches=shape, budget=budget)
+            round_for("tree", 2, branches=shape, budget=budget, **(dict(rerank=True, children="top") if budget == "auto"
+                                                                   else {}))  # (auto: EAGLE-2's tree only)
         except ValueError as e:
             ap.error(f"--tree_shapes: {e}")
     try:

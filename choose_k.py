@@ -251,7 +251,8 @@ class AutoBudget:
     where s scales the confidences to the drafts actually kept in recent rounds (1 to start: the estimate as it
     is; a head is overconfident on text it was not trained on), t(width) is the target forward over the N nodes and
     the tokens before them, read from recent forwards of each width as AutoK reads v (a line through the widths,
-    a width read `own_after` times its own median, every width as dear as the one known while one is), and rest the
+    a width read `own_after` times its own median; while one width is known, cost in proportion to width, so that the
+    first round, the whole tree, is followed by a narrower one and the line gets its slope), and rest the
     round's other seconds (the draft's levels, sampling, the walk). Where a tree's forward costs about one step (a
     GPU; bfloat16 with AMX) N grows to the whole grown tree; where it costs a step per node (int4 on a CPU without
     bfloat16 units) N falls towards a chain.
@@ -292,7 +293,9 @@ class AutoBudget:
         if self.costs is None and not self.target_s:
             N = len(conf)  # nothing measured yet: the whole tree, which measures the widest forward
         else:
-            t = self.costs or self.fitted(self.target_s)
+            # subtle: with one width read, AutoK's optimism (every width as dear) would keep the whole tree and never
+            # read another width; here one width means cost in proportion to width, which tries a narrower tree next
+            t = self.costs or self.fitted(self.target_s, through_zero=True)
             rest = 0.0 if self.costs else statistics.median(self.rest_s) if self.rest_s else 0.0
             s, total, best, N = self.scale, 0.0, -1.0, 1
             for n, c in enumerate(conf, start=1):

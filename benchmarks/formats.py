@@ -149,8 +149,9 @@ def vocab_table(target, prompt, kind="eagle3", vocabs=VOCABS, answers=None, repe
     """A head's draft vocabulary, coverage against cost: for each size V', the share of the held-out answers' tokens
     the V' tokens the training answers use most cover (train_draft.py's rule; answers: the shipped answers' rows, or
     None), and a draft step of an untrained head of that kind over V' tokens, its LM-head rows in float32 and in int8,
-    as a round runs it (the forward, then q over its vocabulary and one draw), against the target's int4 step: c.
-    Interleaved, median of `repeats`. -> rows, printed."""
+    as a round runs it (the forward, then q over its vocabulary and one draw, right after a target step, whose weights
+    have pushed the head's out of the caches), against the target's int4 step: c. Median of `repeats`. -> rows,
+    printed."""
     import speculative
     from drafts import heads
     from train_draft import choose_vocab, coverage
@@ -163,17 +164,17 @@ def vocab_table(target, prompt, kind="eagle3", vocabs=VOCABS, answers=None, repe
     fast(prompt, use_cache=True)
     made = {}
     for n in vocabs:
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(0)
-            head = heads.KINDS[kind][0](target, draft_vocab=n)
-        head.set_vocab(choose_vocab(train, n, V) if answers else torch.arange(n))
-        head.reset_cache()
-        head(prompt, use_cache=True)
-        made[n] = head
+        for fmt in ("float32", "int8"):  # a head each: its rows are made once, as in a run
+            with torch.random.fork_rng(devices=[]):
+                torch.manual_seed(0)
+                head = heads.KINDS[kind][0](target, draft_vocab=n).rows_in(fmt)
+            head.set_vocab(choose_vocab(train, n, V) if answers else torch.arange(n))
+            head.reset_cache()
+            head(prompt, use_cache=True)
+            made[n, fmt] = head
     probs, g = lambda logits: speculative.sampling_probs(logits, 1.0), torch.Generator().manual_seed(0)
 
-    def draft_step(head, fmt):
-        head.rows_in(fmt)
+    def draft_step(head):  # after the target's step, as in a round: the target's weights have left the caches
         head.crop(P)
         logits = head(prompt[:, -1:], use_cache=True)[0][0, -1]
         speculative.draw(speculative.draft_probs(logits, probs, 0, [], 0, head.support), g, head.support)
@@ -182,22 +183,21 @@ def vocab_table(target, prompt, kind="eagle3", vocabs=VOCABS, answers=None, repe
         fast.crop(P)
         fast(prompt[:, -1:], use_cache=True)
 
-    calls = [("target", target_step)] + [((n, fmt), lambda h=made[n], f=fmt: draft_step(h, f))
-                                         for n in vocabs for fmt in ("float32", "int8")]
-    times = {name: [] for name, _ in calls}
+    times = {name: [] for name in ["target", *made]}
     for rep in range(repeats + 1):
-        for name, call in calls:
-            tic = time.perf_counter()
-            call()
-            if rep:  # the first round warms every shape up
-                times[name].append(time.perf_counter() - tic)
+        for key, head in made.items():  # each draft step right after a target step, as in a round
+            for name, call in (("target", target_step), (key, lambda: draft_step(head))):
+                tic = time.perf_counter()
+                call()
+                if rep:  # the first round warms every shape up
+                    times[name].append(time.perf_counter() - tic)
     step = statistics.median(times["target"])
     rows = [dict(vocab=n, coverage=coverage(choose_vocab(train, n, V), held, V) if answers else float("nan"),
                  float32_ms=1e3 * statistics.median(times[n, "float32"]), int8_ms=1e3 * statistics.median(times[n, "int8"]),
                  c_float32=statistics.median(times[n, "float32"]) / step, c_int8=statistics.median(times[n, "int8"]) / step)
             for n in vocabs]
     print(f"\na draft step of an {kind} head by its vocabulary (drafts/heads.py): the forward, q over its vocabulary and "
-          f"one draw, median of {repeats} interleaved, against the int4 target's step of {1e3 * step:.1f} ms (c); "
+          f"one draw, each right after a target step, median of {repeats}, against the int4 target's step of {1e3 * step:.1f} ms (c); "
           "coverage: the share of the held-out answers' tokens in the vocabulary the training answers choose"
           + ("" if answers else " (no answers here: checkpoints/smollm2/answers.pt)"))
     print("| vocabulary | coverage of held-out answers | step, float32 rows | c | step, int8 rows | c |")

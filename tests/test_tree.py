@@ -301,13 +301,13 @@ def test_tree_path_and_children_follow_the_parents():
 
 def test_bench_reports_trees_beside_the_chain(capsys, tmp_path):
     import bench
-    bench.main(["--tree_shapes", "1", "2,2", "--k", "2", "--settings", "t1.0", "--prompts", "1", "--prompt_len", "16",
-                "--max_new_tokens", "12", "--repeats", "1", "--json", str(tmp_path / "tree.json")])
+    bench.main(["--tree_shapes", "1", "2,2", "2,2@auto", "--k", "2", "--settings", "t1.0", "--prompts", "1",
+                "--prompt_len", "16", "--max_new_tokens", "12", "--repeats", "1", "--json", str(tmp_path / "tree.json")])
     out = capsys.readouterr().out
     rows = [line.split(" | ")[3:5] for line in out.splitlines() if line.startswith("| t1.0")]
-    assert rows == [["1", "sample"], ["2,2", "sample"], ["1", "top"], ["2,2", "top"]]
+    assert rows == [["1", "sample"], ["2,2", "sample"], ["1", "top"], ["2,2", "top"], ["2,2@auto", "top"]]
     assert ", K=2, sample, 2,2: " in out and "tokens per target call against the chain" in out
-    assert len(json.load(open(tmp_path / "tree.json"))["tree_rows"]) == 4
+    assert len(json.load(open(tmp_path / "tree.json"))["tree_rows"]) == 5
 
 
 @pytest.mark.parametrize("kwargs,message", [
@@ -316,6 +316,7 @@ def test_bench_reports_trees_beside_the_chain(capsys, tmp_path):
     (dict(children="best"), "children must be 'sample'"),
     (dict(replacement=1), "replacement must be True"),
     (dict(budget=-1), "budget must be an int >= 0"),
+    (dict(budget="auto"), "budget='auto' chooses how many of EAGLE-2's reranked nodes"),
     (dict(rerank=1), "rerank must be True"),
     (dict(rerank=True, budget=4), "exact only for children='top'"),  # children="sample" by default
     (dict(k="auto"), "verify='tree': k='auto' chooses K for token-wise rounds"),
@@ -345,6 +346,9 @@ def test_the_auto_budget_scores_the_whole_tree_where_width_is_free_and_a_chain_w
     assert abs(moderate.scale - (32 * 0.4 + 2) / (32 * 2.0 + 2)) < 1e-12 and moderate.choose(conf) == 1  # 1.002 > 0.993
     clock = AutoBudget()
     assert clock.choose(conf) == 6  # nothing measured: the whole tree, whose forward is then measured
+    clock.update(2.0, 1, 7, 7.0, 0.0)
+    assert clock.choose(conf) < 6  # one width read: cost in proportion to width, so a narrower tree is read next
+    clock = AutoBudget()
     for width, seconds in ((7, 7.0), (2, 2.0)) * 4:
         clock.update(1.0, 1, width, seconds, 0.0)
     assert clock.choose(conf) == 1  # the fitted line costs a step per token
