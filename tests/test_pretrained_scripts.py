@@ -365,9 +365,10 @@ def test_second_turns_read_their_first_answer_and_the_answers_ship_in_a_file_a_r
     starts from them and generates nothing."""
     import train_draft
     target, tok = pretrained.load(tiny_gguf)
+    requests = train_draft.data.chat_requests(14, 0) + [{"after": 3, "content": "Make that shorter."},
+                                                         {"after": 0, "content": "Can you give me an example?"}]
+    monkeypatch.setattr(train_draft.data, "chat_requests", lambda n, seed: requests[:n])  # (past 900 in the recipe)
     rows = train_draft.target_answers(target, tok, 16, 4, str(tmp_path / "answers.pt"), 0)
-    requests = train_draft.data.chat_requests(16, 0)
-    assert [isinstance(r, dict) for r in requests] == [False] * 14 + [True] * 2
     for r, (start, ids) in zip(requests[14:], rows[14:]):
         first_start, first = rows[r["after"]]
         answer = first[first_start:-1] if [first[-1]] in tok.stop else first[first_start:]
