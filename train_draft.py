@@ -571,6 +571,11 @@ def pack_answers(path, out):  # target_answers' file -> a compact copy to ship: 
     os.replace(out + ".tmp", out)
 
 
+def split_answers(rows):  # -> (training rows, held-out rows): every 16th answer is held out (the last, under 16)
+    held = set(range(15, len(rows), 16)) if len(rows) >= 16 else {len(rows) - 1}
+    return [r for i, r in enumerate(rows) if i not in held], [r for i, r in enumerate(rows) if i in held]
+
+
 def read_answers(path):  # -> {"requests", "max_new", "rows": [(start, ids)]}, from either format
     done = torch.load(path, weights_only=True)
     if "ids" in done:  # pack_answers'
@@ -646,8 +651,7 @@ def train_for_pretrained(args):
     rows = target_answers(target, tok, d["answers"], d["answer_tokens"], os.path.join(args.out_dir,
                           f"answers-{d['answers']}x{d['answer_tokens']}-seed{args.seed}.pt"), args.seed,
                           shipped=os.path.join(heads.ROOT, "checkpoints", pretrained.name_of(args.target), "answers.pt"))
-    val_rows = rows[15::16] if len(rows) >= 16 else rows[-1:]  # every 16th answer validates (first and second turns)
-    train_rows = [row for i, row in enumerate(rows) if not (i % 16 == 15 if len(rows) >= 16 else i == len(rows) - 1)]
+    train_rows, val_rows = split_answers(rows)
     answers = [ids[start:] for start, ids in train_rows + val_rows]
     n_val = len(val_rows)
     V = target.config.vocab_size

@@ -154,21 +154,21 @@ def vocab_table(target, prompt, kind="eagle3", vocabs=VOCABS, answers=None, repe
     printed."""
     import speculative
     from drafts import heads
-    from train_draft import choose_vocab, coverage
+    from train_draft import choose_vocab, coverage, split_answers
     V = target.config.vocab_size
     if answers:
-        held = [ids[start:] for i, (start, ids) in enumerate(answers) if i % 16 == 15]
-        train = [ids[start:] for i, (start, ids) in enumerate(answers) if i % 16 != 15]
+        train, held = ([ids[start:] for start, ids in part] for part in split_answers(answers))
     fast, P = FastLlama(target, "int4"), prompt.size(1)
     fast.reset_cache()
     fast(prompt, use_cache=True)
+    vocab_of = {n: choose_vocab(train, n, V) if answers else torch.arange(n) for n in vocabs}
     made = {}
     for n in vocabs:
         for fmt in ("float32", "int8"):  # a head each: its rows are made once, as in a run
             with torch.random.fork_rng(devices=[]):
                 torch.manual_seed(0)
                 head = heads.KINDS[kind][0](target, draft_vocab=n).rows_in(fmt)
-            head.set_vocab(choose_vocab(train, n, V) if answers else torch.arange(n))
+            head.set_vocab(vocab_of[n])
             head.reset_cache()
             head(prompt, use_cache=True)
             made[n, fmt] = head
@@ -192,7 +192,7 @@ def vocab_table(target, prompt, kind="eagle3", vocabs=VOCABS, answers=None, repe
                 if rep:  # the first round warms every shape up
                     times[name].append(time.perf_counter() - tic)
     step = statistics.median(times["target"])
-    rows = [dict(vocab=n, coverage=coverage(choose_vocab(train, n, V), held, V) if answers else float("nan"),
+    rows = [dict(vocab=n, coverage=coverage(vocab_of[n], held, V) if answers else float("nan"),
                  float32_ms=1e3 * statistics.median(times[n, "float32"]), int8_ms=1e3 * statistics.median(times[n, "int8"]),
                  c_float32=statistics.median(times[n, "float32"]) / step, c_int8=statistics.median(times[n, "int8"]) / step)
             for n in vocabs]
