@@ -733,8 +733,8 @@ def train_for_pretrained(args):
 
     def at_eval(it, seconds):
         alphas = evaluate()
-        curve.append({"iter": it, "train_loss": sum(losses) / max(len(losses), 1), "val_alpha": alphas,
-                      "minutes": round((elapsed + seconds) / 60, 1)})
+        curve.append({"iter": it, "train_loss": sum(losses) / len(losses) if losses else float("nan"),  # (none at 0)
+                      "val_alpha": alphas, "minutes": round((elapsed + seconds) / 60, 1)})
         losses.clear()
         heads.save(path, head, {"target": target.about, "data": d, "hparams": h, "iter": it, "val_alpha": alphas,
                                 "curve": curve, "seed": args.seed, "autocast": args.autocast, "init": args.init,
@@ -749,6 +749,8 @@ def train_for_pretrained(args):
                 f"by draft position {', '.join(f'{a:.3f}' for a in alphas)}, {curve[-1]['minutes']} min -> {path}")
 
     print(f"[{args.head}] {head.num_params() / 1e6:.2f}M params, {h}, autocast {args.autocast}")
+    if args.init and start == 0:  # the curve starts with the --init head on this run's held-out data (iteration 0)
+        print(at_eval(0, 0.0))
     head.train()
     run_steps(head, optimizer, h, args.grad_clip, args.head, batch_loss, at_eval, start=start)
     print(f"[{args.head}] done in {(time.time() - tic) / 60:.1f} min end to end (this run)")

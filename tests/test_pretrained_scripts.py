@@ -353,6 +353,12 @@ def test_train_draft_trains_a_head_for_a_gguf_target_on_its_own_answers_and_resu
     answers = [ids[start:] for start, ids in rows[:-1]]  # the last one validates
     assert head.vocab.tolist() == train_draft.choose_vocab(answers, 64, target.config.vocab_size).tolist()
     assert [c["iter"] for c in head.meta["curve"]] == [1, 2, 3] and "Apache-2.0" in head.meta["source"]
+    # --init: the curve starts with the starting head on the held-out data, before a step (iteration 0)
+    train_draft.main(argv[:-4] + ["--out_dir", str(tmp_path / "again"), "--threads", "1", "--max_iters", "1",
+                                  "--init", str(out / "eagle3.pt")])
+    assert "[eagle3] iter 0: train loss nan" in capsys.readouterr().out
+    again = heads.load(str(tmp_path / "again" / "eagle3.pt"), target)
+    assert [c["iter"] for c in again.meta["curve"]] == [0, 1] and again.meta["init"] == str(out / "eagle3.pt")
     with pytest.raises(SystemExit):
         train_draft.get_args(argv[:2] + ["--head", "medusa"])
     assert "--head medusa is not trained for a pretrained target here: use eagle3, eagle, small" in capsys.readouterr().err
