@@ -47,7 +47,7 @@ import drafts  # noqa: F401  (registers the heads' kinds in drafts.heads.KINDS)
 import pretrained
 from drafts import heads, parallel
 from drafts.parallel import SHIPPED_PARALLEL
-from engine.cpu import add_threads_argument, use_threads
+from engine.cpu import add_threads_argument, bf16_units, use_threads
 from model import GPT, SHIPPED, GPTConfig, load_checkpoint, save_checkpoint
 
 # ---- presets: the recipes we ran. Any flag given on the command line overrides them. -------------------------
@@ -121,8 +121,9 @@ def get_args(argv=None):
                     help="with --target smollm2: the tokens the draft proposes (the most frequent of the target's answers)")
     for name, value in DISTILL_DATA.items():
         ap.add_argument(f"--{name}", type=int, default=None, help=f"with --target smollm2: {name} (default {value})")
-    ap.add_argument("--autocast", choices=["bf16", "none"], default="bf16",
-                    help="with --target smollm2: the head's matmuls in bfloat16 on the CPU (AMX), weights float32")
+    ap.add_argument("--autocast", choices=["auto", "bf16", "none"], default="auto",
+                    help="with --target smollm2: the head's matmuls in bfloat16 (weights float32); auto: where the "
+                         "CPU has bfloat16 units (AVX512-BF16, AMX), float32 elsewhere")
     ap.add_argument("--parallel", type=int, default=None,
                     help="train a parallel draft (PARD) proposing this many tokens per forward, from --init's draft")
     ap.add_argument("--anchors", type=int, default=None, help="with --parallel: mask blocks per training window")
@@ -699,6 +700,8 @@ def train_for_pretrained(args):
         gen.set_state(state["generator"])
         start, elapsed, curve = state["iter"], state["elapsed"], state["curve"]
     T, B = h["block_size"], h["batch_size"]
+    if args.autocast == "auto":  # (emulated bfloat16 is many times slower than float32: engine/cpu.bf16_units)
+        args.autocast = "bf16" if bf16_units() else "none"
     autocast = (lambda: torch.autocast("cpu", dtype=torch.bfloat16)) if args.autocast == "bf16" else contextlib.nullcontext
 
     def windows(split, starts):  # -> ids (B, T), features (B, T, F) float32, p over the draft's vocabulary (B, T, V')

@@ -74,11 +74,11 @@ def machine():
 
 def cpu_name():
     """The CPU as lscpu names it, with the instruction sets that decide the speed here (from /proc/cpuinfo)."""
-    cpu, flags = platform.processor(), set()
+    from engine.cpu import cpu_flags
+    cpu, flags = platform.processor(), cpu_flags()
     if os.path.exists("/proc/cpuinfo"):
         lines = open("/proc/cpuinfo").read().splitlines()
         cpu = next((line.split(":", 1)[1].strip() for line in lines if line.startswith("model name")), cpu)
-        flags = set(next((line.split(":", 1)[1].split() for line in lines if line.startswith("flags")), []))
     isa = [name for flag, name in [("avx2", "AVX2"), ("avx512f", "AVX-512"), ("avx512_bf16", "AVX512-BF16"),
                                    ("amx_tile", "AMX")] if flag in flags]
     return cpu + (f" ({', '.join(isa)})" if isa else "")  # none listed: none of these (or no /proc/cpuinfo)

@@ -10,6 +10,9 @@ count the idle cores over a short interval when they start (use_threads) unless 
 
     use_threads(None, "cpu")   # -> 2 on an idle 2-core machine, 1 while another process busy-loops on a core
 
+Beside the threads, what the CPU multiplies in hardware (bf16_units): train_draft.py trains in bfloat16 only where
+it can.
+
 What it leaves out: following the load while a run goes on (it is measured once, at the start: if you start
 something heavy beside a long run, pass --threads 1), and GPUs (their speed does not depend on CPU threads).
 """
@@ -20,6 +23,19 @@ import os
 import time
 
 import torch
+
+
+def cpu_flags():  # -> the instruction sets /proc/cpuinfo lists ({"avx2", "amx_tile", ...}); empty off Linux
+    if not os.path.exists("/proc/cpuinfo"):
+        return set()
+    with open("/proc/cpuinfo") as fh:
+        return set(next((line.split(":", 1)[1].split() for line in fh if line.startswith("flags")), []))
+
+
+def bf16_units():  # -> whether this CPU multiplies bfloat16 in hardware (AVX512-BF16 or AMX)
+    """Without them torch emulates bfloat16 matrix products, and training a head under bfloat16 autocast ran 27x
+    slower than in float32 on an AVX2-only CPU (BENCHMARKS.md, "bfloat16 autocast without bfloat16 units")."""
+    return bool(cpu_flags() & {"avx512_bf16", "amx_bf16"})
 
 
 def busy_and_total():  # -> (busy, total) CPU time of all cores since boot, in clock ticks (Linux), or None

@@ -40,3 +40,19 @@ def test_threads_below_one_is_a_usage_error_in_every_script(script, value, capsy
     with pytest.raises(SystemExit) as exit:
         importlib.import_module(script).get_args(["--threads", value])
     assert exit.value.code == 2 and "--threads: must be an int >= 1" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("flags, want", [({"avx2", "fma"}, False), ({"avx2", "avx512f", "avx512_bf16"}, True),
+                                         ({"avx2", "amx_tile", "amx_bf16"}, True), (set(), False)])
+def test_bf16_units_are_read_from_the_cpu_flags(monkeypatch, flags, want):
+    monkeypatch.setattr(cpu, "cpu_flags", lambda: flags)
+    assert cpu.bf16_units() is want
+
+
+def test_cpu_flags_reads_the_first_processor_line(tmp_path, monkeypatch):
+    info = tmp_path / "cpuinfo"
+    info.write_text("processor\t: 0\nmodel name\t: Some CPU\nflags\t\t: fpu avx2 amx_bf16\n\nflags\t\t: other\n")
+    real_open, real_exists = open, cpu.os.path.exists
+    monkeypatch.setattr(cpu.os.path, "exists", lambda p: True if p == "/proc/cpuinfo" else real_exists(p))
+    monkeypatch.setattr("builtins.open", lambda p, *a, **k: real_open(info if p == "/proc/cpuinfo" else p, *a, **k))
+    assert cpu.cpu_flags() == {"fpu", "avx2", "amx_bf16"}

@@ -339,6 +339,8 @@ def test_train_draft_trains_a_head_for_a_gguf_target_on_its_own_answers_and_resu
     first = capsys.readouterr().out
     assert "[eagle3] 16 answers (" in first and "draft vocabulary 64: the held-out answers' tokens it covers" in first
     assert "[eagle3] iter 2: train loss" in first
+    from engine.cpu import bf16_units  # --autocast auto: bfloat16 only where the CPU multiplies it in hardware
+    assert f"autocast {'bf16' if bf16_units() else 'none'}\n" in first
     cached = {f: os.path.getmtime(out / f) for f in os.listdir(out) if f.startswith(("answers", "features"))}
     assert any(f.startswith("answers") for f in cached) and any(f.startswith("features") for f in cached)
     train_draft.main(argv + ["--max_iters", "3", "--resume"])
