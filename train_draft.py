@@ -681,6 +681,8 @@ def train_for_pretrained(args):
             raise SystemExit(f"--init {args.init} holds a {type(start_from).__name__} of {start_from.n_layer} blocks, "
                              f"not a --head {args.head} of {head.n_layer}: pass a checkpoint of the same kind and shape")
         head.load_state_dict({k: v for k, v in start_from.state_dict().items() if k != "vocab"}, strict=False)
+        lineage = {k: v for k, v in start_from.meta.items() if k in ("data", "curve", "train_seconds", "init",
+                                                                       "started_from")}  # (its own run, for the curve)
     if vocab is not None:
         head.set_vocab(vocab)
     view = (lambda f: f.flatten(-2)) if args.head == "eagle3" else (lambda f: f[..., -1, :])  # (.., 3C) or (.., C)
@@ -741,6 +743,7 @@ def train_for_pretrained(args):
         losses.clear()
         heads.save(path, head, {"target": target.about, "data": d, "hparams": h, "iter": it, "val_alpha": alphas,
                                 "curve": curve, "seed": args.seed, "autocast": args.autocast, "init": args.init,
+                                **({"started_from": lineage} if args.init else {}),
                                 "train_seconds": round(elapsed + seconds, 1),
                                 "source": f"trained by train_draft.py from {target.about}'s own outputs (its licence, "
                                           "Apache-2.0, applies)"})

@@ -361,6 +361,7 @@ def test_train_draft_trains_a_head_for_a_gguf_target_on_its_own_answers_and_resu
     assert "[eagle3] iter 0: train loss nan" in capsys.readouterr().out
     again = heads.load(str(tmp_path / "again" / "eagle3.pt"), target)
     assert [c["iter"] for c in again.meta["curve"]] == [0, 1] and again.meta["init"] == str(out / "eagle3.pt")
+    assert again.meta["started_from"]["curve"] == head.meta["curve"]  # the run it went on from, for the whole curve
     with pytest.raises(SystemExit):
         train_draft.get_args(argv[:2] + ["--head", "medusa"])
     assert "--head medusa is not trained for a pretrained target here: use eagle3, eagle, small" in capsys.readouterr().err
