@@ -312,7 +312,13 @@ def documents():  # -> (passages of the Python documentation, speeches of the pl
     functions = []
     for name in PYTHON_MODULES:
         source = open(os.path.join(sysconfig.get_paths()["stdlib"], name + ".py"), encoding="utf-8").read()
-        functions += [ast.get_source_segment(source, node) for node in ast.walk(ast.parse(source))
+        lines = [line.encode() for line in re.findall(r".*?(?:\r\n|\r|\n)|.+$", source, flags=re.S)]
+
+        def segment(node):  # ast.get_source_segment's text, without splitting the module again for every function
+            first, last = node.lineno - 1, node.end_lineno - 1  # (the columns count UTF-8 bytes)
+            return b"".join([lines[first][node.col_offset:]] + lines[first + 1:last]
+                            + [lines[last][:node.end_col_offset]]).decode()
+        functions += [segment(node) for node in ast.walk(ast.parse(source))
                       if isinstance(node, ast.FunctionDef) and 4 <= node.end_lineno - node.lineno + 1 <= 25]
     return prose, speeches, functions
 

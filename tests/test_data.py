@@ -81,3 +81,17 @@ def test_the_training_requests_are_the_suites_kinds_on_other_text_and_second_tur
     assert not suite & set(firsts)
     with pytest.raises(ValueError, match="chat_requests has"):
         data.chat_requests(10 ** 5)
+
+
+def test_the_shipped_answers_are_the_default_recipes_whole():
+    """checkpoints/smollm2/answers.pt answers every request of train_draft.py's default recipe (so a run starts from
+    it and generates none), each row its request's conversation, then an answer of at most max_new tokens."""
+    import os
+
+    import train_draft
+    shipped = train_draft.read_answers(os.path.join(os.path.dirname(data.__file__), "checkpoints", "smollm2",
+                                                    "answers.pt"))
+    n = train_draft.DISTILL_DATA["answers"]
+    assert shipped["requests"] == data.chat_requests(n, 1337) and len(shipped["rows"]) == n
+    assert shipped["max_new"] == train_draft.DISTILL_DATA["answer_tokens"]
+    assert all(0 < len(ids) - start <= shipped["max_new"] for start, ids in shipped["rows"])
