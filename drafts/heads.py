@@ -197,10 +197,11 @@ class ReadsTarget(nn.Module):
 
     def rows_in(self, fmt):
         """Run the LM head's rows of the draft's vocabulary as an engine runs a draft beside a quantized target
-        (engine/fast.py with_decoder): "int8" (one scale per row, engine/llama.py's int8 format; a draft step over 8,192
-        tokens 3.94 ms against 4.81 ms in float32 on an AMD EPYC with AVX2, BENCHMARKS.md) or "float32". q changes a little; the round stays
-        exact for whatever q the draft computes. A head over the whole vocabulary keeps the target's own LM head.
-        A head object runs in the format the last with_decoder call that was given it chose."""
+        (engine/fast.py with_decoder): "int8" (one scale per row, engine/llama.py's int8 format; a draft step over
+        8,192 tokens 3.94 ms against 4.81 ms in float32 on an AMD EPYC with AVX2, BENCHMARKS.md) or "float32". q
+        changes a little; the round stays exact for whatever q the draft computes. A head over the whole vocabulary
+        keeps the target's own LM head. A head object runs in the format the last with_decoder call that was given it
+        chose."""
         if fmt not in ("float32", "int8"):
             raise ValueError(f"rows_in takes 'float32' or 'int8', got {fmt!r}")
         self.rows_format = fmt
