@@ -264,7 +264,8 @@ TREE_CASES = [  # (k, n new tokens, sampling, block_size, tree keywords)
     (2, 3, T1, 6, dict(branches=(2, 2), children="sample")),
     (2, 3, T1, 6, dict(branches=(1, 2), children="sample", replacement=True)),
     (2, 3, T1, 6, dict(branches=(2, 2), children="top")),
-    (3, 4, dict(temperature=1.0, top_k=2), 6, dict(branches=(2, 2), children="sample")),  # depth 3
+    (3, 3, dict(temperature=1.0, top_k=2), 6, dict(branches=(2, 2), children="sample")),  # depth 3 (4 new tokens:
+    # 8,000 branches for eagle; the bonus after a kept depth-3 path is enumerated by the next cases)
     (3, 4, T1, 6, dict(branches=(2, 2), children="top")),
     (3, 4, dict(temperature=1.0, top_k=2), 6, dict(branches=(2, 2), children="sample", budget=5)),
     (3, 4, T1, 6, dict(branches=(3, 3, 3), children="top", budget=5, rerank=True)),  # EAGLE-2's dynamic tree
