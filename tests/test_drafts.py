@@ -35,15 +35,22 @@ def test_a_fresh_draft_of_every_kind_keeps_the_output_exact(name, k, n, sampling
 TREES = [name for name in NAMES if not getattr(DRAFTS[name].fresh(tiny_target()), "chains_only", False)]
 
 
+SAMPLED_TREE, TOP_TREE = dict(branches=(2, 2), children="sample"), dict(branches=(2, 2), children="top", budget=3,
+                                                                      rerank=True)
+HEAD_TREES = {"eagle", "eagle3", "medusa"}  # tests/test_heads.py enumerates SAMPLED_TREE on them, in this very setting
+
+
 def test_the_drafts_that_draft_trees_include_the_heads():
+    from tests.test_heads import TREE_CASES
     assert {"ngram", "eagle", "eagle3", "medusa"} <= set(TREES) and "parallel" not in TREES
+    assert (2, 3, dict(temperature=1.0), 6, SAMPLED_TREE) in TREE_CASES, "the heads' sampled trees are enumerated there"
 
 
-@pytest.mark.parametrize("name", TREES)
-@pytest.mark.parametrize("tree", [dict(branches=(2, 2), children="sample"),
-                                  dict(branches=(2, 2), children="top", budget=3, rerank=True)])
+@pytest.mark.parametrize("name,tree", [pytest.param(name, TOP_TREE, id=f"{name}-top") for name in TREES] + [
+    pytest.param(name, SAMPLED_TREE, id=f"{name}-sampled") for name in TREES if name not in HEAD_TREES])
 def test_a_fresh_draft_that_drafts_trees_keeps_the_output_exact(name, tree, monkeypatch):
-    """verify="tree" feeds the draft levels of a tree (pos, mask): every draft that does not refuse them."""
+    """verify="tree" feeds the draft levels of a tree (pos, mask): every draft that does not refuse them. The heads'
+    sampled trees are enumerated in tests/test_heads.py (same target, prompt, k and n), with q further from p."""
     target = tiny_target()
     draft = DRAFTS[name].fresh(target)
     run = lambda: speculative_generate(target, draft, torch.tensor([[2, 0]]), 3, k=2, verify="tree", **tree)[0][
