@@ -142,16 +142,19 @@ def drift_table(target, prompts, formats=FORMATS, width=5):
 
 
 VOCABS = (2048, 4096, 8192, 16384)  # a head's vocabularies to weigh (drafts/heads.py draft_vocab)
+# how a head runs (drafts/heads.py rows_in's arguments): all in float32; its LM-head rows in int8; those and its own
+# blocks in int8, as engine/fast.py with_decoder runs it beside an int8 or int4 target
+HEAD_FORMATS = {"float32": ("float32", False), "int8": ("int8", False), "int8_blocks": ("int8", True)}
 
 
 @torch.no_grad()
 def vocab_table(target, prompt, kind="eagle3", vocabs=VOCABS, answers=None, repeats=30):
     """A head's draft vocabulary, coverage against cost: for each size V', the share of the held-out answers' tokens
     the V' tokens the training answers use most cover (train_draft.py's rule; answers: the shipped answers' rows, or
-    None), and a draft step of an untrained head of that kind over V' tokens, its LM-head rows in float32 and in int8,
-    as a round runs it (the forward, then q over its vocabulary and one draw, right after a target step, whose weights
-    have pushed the head's out of the caches), against the target's int4 step: c. Median of `repeats`. -> rows,
-    printed."""
+    None), and a draft step of an untrained head of that kind over V' tokens in each of HEAD_FORMATS (float32; its
+    LM-head rows in int8; those and its blocks in int8) as a round runs it (the forward, then q over its vocabulary
+    and one draw, right after a target step, whose weights have pushed the head's out of the caches), against the
+    target's int4 step: c. Median of `repeats`. -> rows, printed."""
     import speculative
     from drafts import heads
     from train_draft import choose_vocab, coverage, split_answers
@@ -164,10 +167,10 @@ def vocab_table(target, prompt, kind="eagle3", vocabs=VOCABS, answers=None, repe
     vocab_of = {n: choose_vocab(train, n, V) if answers else torch.arange(n) for n in vocabs}
     made = {}
     for n in vocabs:
-        for fmt in ("float32", "int8"):  # a head each: its rows are made once, as in a run
+        for fmt in HEAD_FORMATS:  # a head each: its rows (and blocks) are made once, as in a run
             with torch.random.fork_rng(devices=[]):
                 torch.manual_seed(0)
-                head = heads.KINDS[kind][0](target, draft_vocab=n).rows_in(fmt)
+                head = heads.KINDS[kind][0](target, draft_vocab=n).rows_in(*HEAD_FORMATS[fmt])
             head.set_vocab(vocab_of[n])
             head.reset_cache()
             head(prompt, use_cache=True)
@@ -193,17 +196,18 @@ def vocab_table(target, prompt, kind="eagle3", vocabs=VOCABS, answers=None, repe
                     times[name].append(time.perf_counter() - tic)
     step = statistics.median(times["target"])
     rows = [dict(vocab=n, coverage=coverage(vocab_of[n], held, V) if answers else float("nan"),
-                 float32_ms=1e3 * statistics.median(times[n, "float32"]), int8_ms=1e3 * statistics.median(times[n, "int8"]),
-                 c_float32=statistics.median(times[n, "float32"]) / step, c_int8=statistics.median(times[n, "int8"]) / step)
+                 **{f"{fmt}_ms": 1e3 * statistics.median(times[n, fmt]) for fmt in HEAD_FORMATS},
+                 **{f"c_{fmt}": statistics.median(times[n, fmt]) / step for fmt in HEAD_FORMATS})
             for n in vocabs]
     print(f"\na draft step of an {kind} head by its vocabulary (drafts/heads.py): the forward, q over its vocabulary and "
           f"one draw, each right after a target step, median of {repeats}, against the int4 target's step of {1e3 * step:.1f} ms (c); "
           "coverage: the share of the held-out answers' tokens in the vocabulary the training answers choose"
           + ("" if answers else " (no answers here: checkpoints/smollm2/answers.pt)"))
-    print("| vocabulary | coverage of held-out answers | step, float32 rows | c | step, int8 rows | c |")
-    print("|---|---|---|---|---|---|")
+    print("| vocabulary | coverage of held-out answers | step, float32 | c | step, int8 rows | c | step, int8 rows and "
+          "blocks (as beside int8, int4) | c |")
+    print("|---|---|---|---|---|---|---|---|")
     for r in rows:
         covered = "-" if r["coverage"] != r["coverage"] else f"{100 * r['coverage']:.1f}%"
         print(f"| {r['vocab']:,} | {covered} | "
-              f"{r['float32_ms']:.2f} ms | {r['c_float32']:.3f} | {r['int8_ms']:.2f} ms | {r['c_int8']:.3f} |")
+              + " | ".join(f"{r[fmt + '_ms']:.2f} ms | {r['c_' + fmt]:.3f}" for fmt in HEAD_FORMATS) + " |")
     return rows, 1e3 * step

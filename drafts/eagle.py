@@ -26,6 +26,7 @@ from torch.nn import functional as F
 
 from drafts import heads
 from drafts.heads import ReadsTarget
+from engine.llama import block_weights, rope_tables, run_layers
 from model import ChainCache
 
 
@@ -59,6 +60,7 @@ class EagleDraft(ReadsTarget):
         self.pred = []  # the predicted feature (C,) at each cache slot: the window's positions, then a tree's nodes
         self.cache = None  # the blocks' KV cache (model.ChainCache), made at the first forward
         self.synced = None  # the first position sync() took without running the blocks (a stacked draft's path)
+        self.formatted = (None, None)  # (the blocks' weights as run_layers takes them, what they were made from)
 
     def predict(self, f_prev, idx, cache=None, pos=None, mask=None):  # (B, T, C), (B, T) -> predicted features (B, T, C)
         """f_prev[:, i] = f_{start+i-1} (zeros at position 0), idx[:, i] = x_{start+i} -> f_{start+i} predicted;
@@ -69,14 +71,25 @@ class EagleDraft(ReadsTarget):
 
     def run_blocks(self, x, pos, cache, mask):  # (B, T, C) at positions pos -> the blocks' output (B, T, C)
         """Positions as the target takes them: GPT-2's learned table added to the input, or Llama's rotary angles
-        handed to every block (they turn its queries and keys)."""
+        handed to every block (they turn its queries and keys). Beside a quantized Llama (rows_in(..., blocks=True))
+        the blocks run as engine/llama.py runs the target's, their matrices in int8: the same arithmetic, rounded."""
         rope = getattr(self.target, "rope", None)
+        if rope is not None and cache is not None and self.blocks_format != "float32":
+            weights, cos, sin = self.formatted_blocks(rope)
+            return run_layers(self.config, x, weights, self.blocks_format, cache, pos, mask, cos, sin)[0]
         extra = () if rope is None else (rope[pos],)
         if rope is None:
             x = x + self.target.transformer.wpe.weight[pos]
         for block in self.h:
             x = block(x, *extra, cache, mask)
         return x
+
+    def formatted_blocks(self, rope):  # -> (the blocks' weights as run_layers takes them in blocks_format, cos, sin)
+        key = (self.blocks_format, rope.data_ptr(), *((p._version, p.data_ptr()) for p in self.h.parameters()))
+        if self.formatted[1] != key:  # made once; subtle: load_state_dict and training bump the versions
+            weights = [block_weights(block, self.blocks_format) for block in self.h]
+            self.formatted = ((weights, *rope_tables(rope)), key)
+        return self.formatted[0]
 
     def new_cache(self, device):  # the blocks' KV cache: the window's positions, the target's key/value heads
         c = self.config

@@ -77,6 +77,7 @@ class ReadsTarget(nn.Module):
                              if draft_vocab else None)
         self.rows = None  # (the target's LM-head rows of .vocab, and the vocab's version they were read at)
         self.rows_format = "float32"  # or "int8": those rows quantized per row, as an engine runs them (rows_in)
+        self.blocks_format = "float32"  # or "int8": a head's own decoder blocks too, beside a Llama (rows_in)
         self.ids = []  # the tokens at the window's positions 0, 1, ... fed so far
         self.nodes = []  # a draft tree's tokens fed after them (verifiers/tree.py): cache slots len(ids), ...
         self.known = self.no_features()  # (n, C): the target's features of positions 0..n-1, for self.ids
@@ -195,16 +196,18 @@ class ReadsTarget(nn.Module):
     def support(self):  # the ids q can give mass to (speculative.draft_probs computes q over them), or None: all
         return self.vocab
 
-    def rows_in(self, fmt):
+    def rows_in(self, fmt, blocks=False):
         """Run the LM head's rows of the draft's vocabulary as an engine runs a draft beside a quantized target
         (engine/fast.py with_decoder): "int8" (one scale per row, engine/llama.py's int8 format; a draft step over
         8,192 tokens 3.94 ms against 4.81 ms in float32 on an AMD EPYC with AVX2, BENCHMARKS.md) or "float32". q
         changes a little; the round stays exact for whatever q the draft computes. A head over the whole vocabulary
-        keeps the target's own LM head. A head object runs in the format the last with_decoder call that was given it
-        chose."""
+        keeps the target's own LM head. blocks=True: the head's own decoder blocks too, where it reads a Llama
+        (engine/llama.py run_layers, their matrices in int8 per row; drafts/eagle.py run_blocks). A head object runs in
+        the format the last with_decoder call that was given it chose."""
         if fmt not in ("float32", "int8"):
             raise ValueError(f"rows_in takes 'float32' or 'int8', got {fmt!r}")
         self.rows_format = fmt
+        self.blocks_format = fmt if blocks else "float32"
         return self
 
     def draft_head(self, f):  # features (..., C) -> logits (..., V): q's, -inf outside the draft's vocabulary

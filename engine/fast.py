@@ -119,12 +119,12 @@ def with_decoder(name, target, draft=None):
     """-> (target, draft) as both samplers will run them. eager: model.py (or pretrained/llama.py) itself; for a
     model.GPT, fast: FastGPT, fast-bf16: FastGPT with a bfloat16 target; for a Llama (a GGUF target), each fast
     decoder is engine/llama.py's FastLlama in a format: fast float32, fast-bf16 bfloat16, fast-int8 int8 weights,
-    fast-int4 the file's Q4_1 blocks; beside those two, a head with a reduced vocabulary runs its LM-head rows in
-    int8 (drafts/heads.py rows_in). Plain sampling runs the same target, so a comparison stays honest."""
+    fast-int4 the file's Q4_1 blocks; beside those two, a head runs its LM-head rows (a reduced vocabulary's) and its
+    own blocks in int8 (drafts/heads.py rows_in). Plain sampling runs the same target, so a comparison stays honest."""
     if name not in DECODERS:
         raise ValueError(f"unknown decoder {name!r}: choose from {DECODERS}")
-    if getattr(draft, "draft_vocab", 0):  # a head's LM-head rows: int8 beside a quantized target, as engines quantize
-        draft.rows_in("int8" if name in ("fast-int8", "fast-int4") else "float32")  # a draft (drafts/heads.py)
+    if hasattr(draft, "rows_in"):  # a head (drafts/heads.py): int8 beside a quantized target, as engines run drafts
+        draft.rows_in("int8" if name in ("fast-int8", "fast-int4") else "float32", blocks=True)
     if name == "eager":
         return target, draft
     wrap = lambda m, dtype=torch.float32: FastGPT(m, dtype) if isinstance(m, GPT) and not getattr(

@@ -128,11 +128,7 @@ class FastLlama(nn.Module):
         self.wte = model.transformer.wte.weight.detach()  # (V, C) float32: a row per token, read, not multiplied
         self.ln_f = model.transformer.ln_f.weight.detach()
         self.head_format = "head" if fmt == "int4" else fmt  # int4: the file's Q8_0 LM head, in bfloat16
-        # RoPE as two tables of full head width: out = x * cos2 + swap(x) * sin2, swap exchanging each pair's
-        # channels, sin2 = (-sin, +sin) per pair: (x1 cos - x2 sin, x1 sin + x2 cos), model.rotate's arithmetic
-        cos, sin = model.rope.float().unbind(-1)  # (W, hs/2) each
-        self.cos = cos.repeat_interleave(2, -1)  # (W, hs)
-        self.sin = torch.stack((-sin, sin), -1).flatten(-2)  # (W, hs)
+        self.cos, self.sin = rope_tables(model.rope)  # (W, hs) each
         self.cache = None
         self.features = None  # Features of the last cached forward (set on the wrapped model too)
         self.row_invariant = fmt != "float32"  # a chain's wide forward computes each row as the one-token step does
@@ -203,24 +199,39 @@ class FastLlama(nn.Module):
         self.features = self.model.features = Features(0, idx, x, tuple(kept))
 
     def blocks(self, idx, cache, pos, mask, rows, layers, fmt):  # (B, T) -> (residual (B, T, C), kept layers' outputs)
-        c, (B, T) = self.config, idx.size()
-        cos, sin = self.cos[pos], self.sin[pos]  # (T, hs) each
-        nh, nkv, hs, eps = c.n_head, c.n_kv_head, self.hs, c.norm_eps
         x = self.wte[idx]  # (B, T, C) float32: the residual stream stays float32
-        keep, kept = self.model.keep_layers, []
-        for i, (ln1, qkv_w, proj_w, ln2, fc_w, down_w) in enumerate(layers):
-            qkv = matmul(fmt, F.rms_norm(x, (c.n_embd,), ln1, eps), qkv_w).float()  # q, k, v in float32 from here
-            qkv = qkv.view(B, T, nh + 2 * nkv, hs).transpose(1, 2)  # (B, nh + 2 nkv, T, hs)
-            qk = qkv[:, :nh + nkv]  # (B, nh + nkv, T, hs): queries and keys turn by their positions; values do not
-            qk = qk * cos + qk.unflatten(-1, (-1, 2)).flip(-1).flatten(-2) * sin  # RoPE on adjacent pairs
-            k, v = cache.write(i, qk[:, nh:], qkv[:, nh + nkv:])  # (B, nkv, S, hs) each: cached and new
-            y = attention(qk[:, :nh], k, v, mask, rows)  # (B, nh, T, hs)
-            x = x + matmul(fmt, y.transpose(1, 2).reshape(B, T, c.n_embd), proj_w)
-            gate, up = matmul(fmt, F.rms_norm(x, (c.n_embd,), ln2, eps), fc_w).chunk(2, dim=-1)
-            x = x + matmul(fmt, F.silu(gate) * up, down_w)  # SwiGLU
-            if i in keep:
-                kept.append(x)
-        return x, kept
+        return run_layers(self.config, x, layers, fmt, cache, pos, mask, self.cos, self.sin, rows,
+                          self.model.keep_layers)
+
+
+def rope_tables(rope):  # pretrained/llama.py's rope (W, hs/2, 2) -> (cos, sin), (W, hs) each
+    """RoPE as two tables of full head width: out = x * cos2 + swap(x) * sin2, swap exchanging each pair's channels,
+    sin2 = (-sin, +sin) per pair: (x1 cos - x2 sin, x1 sin + x2 cos), model.rotate's arithmetic."""
+    cos, sin = rope.float().unbind(-1)  # (W, hs/2) each
+    return cos.repeat_interleave(2, -1), torch.stack((-sin, sin), -1).flatten(-2)
+
+
+def run_layers(c, x, layers, fmt, cache, pos, mask, cos, sin, rows=False, keep=()):
+    """The Llama's blocks over the residual stream x (B, T, C) (float32 in FastLlama), their matrices as `fmt` stores
+    them (layers: prepared's, or block_weights'), the new keys and values written to `cache` at pos -> (x, the outputs
+    of the blocks in keep). FastLlama runs its target's blocks here; a head (drafts/eagle.py) its own beside it."""
+    B, T, _ = x.size()
+    cos, sin = cos[pos], sin[pos]  # (T, hs) each
+    nh, nkv, hs, eps = c.n_head, c.n_kv_head, c.n_embd // c.n_head, c.norm_eps
+    kept = []
+    for i, (ln1, qkv_w, proj_w, ln2, fc_w, down_w) in enumerate(layers):
+        qkv = matmul(fmt, F.rms_norm(x, (c.n_embd,), ln1, eps), qkv_w).to(x.dtype)  # q, k, v in the stream's dtype
+        qkv = qkv.view(B, T, nh + 2 * nkv, hs).transpose(1, 2)  # (B, nh + 2 nkv, T, hs)
+        qk = qkv[:, :nh + nkv]  # (B, nh + nkv, T, hs): queries and keys turn by their positions; values do not
+        qk = qk * cos + qk.unflatten(-1, (-1, 2)).flip(-1).flatten(-2) * sin  # RoPE on adjacent pairs
+        k, v = cache.write(i, qk[:, nh:], qkv[:, nh + nkv:])  # (B, nkv, S, hs) each: cached and new
+        y = attention(qk[:, :nh], k, v, mask, rows)  # (B, nh, T, hs)
+        x = x + matmul(fmt, y.transpose(1, 2).reshape(B, T, c.n_embd), proj_w)
+        gate, up = matmul(fmt, F.rms_norm(x, (c.n_embd,), ln2, eps), fc_w).chunk(2, dim=-1)
+        x = x + matmul(fmt, F.silu(gate) * up, down_w)  # SwiGLU
+        if i in keep:
+            kept.append(x)
+    return x, kept
 
 
 @functools.lru_cache(maxsize=2)
@@ -230,29 +241,29 @@ def gguf_tensors(path):  # -> {GGUF name: the reader's tensor (type, bytes memor
 
 
 def prepared(model, fmt):  # -> (per layer (ln_1, qkv, proj, ln_2, fc, down), LM head, quantized here?) in format fmt
-    c, state = model.config, model.state_dict()
+    state = model.state_dict()
     blocks = q4_1_blocks(model) if fmt == "int4" else None  # {state_dict name: Q4_1 bytes}
     quantized = fmt == "int4" and blocks.pop("quantized here")
 
     def prepare(name):  # a weight of the model's state_dict -> what matmul(fmt, x, .) takes
         w = state[name].detach()
-        if fmt == "float32":
-            return w
-        if fmt == "bfloat16":
-            return w.to(torch.bfloat16)
-        if fmt == "int8":
-            return int8_rows(w.float())
-        return int4_packed(*q4_1_from_bytes(blocks[name], *w.shape))
+        return format_weight(w, fmt) if fmt != "int4" else int4_packed(*q4_1_from_bytes(blocks[name], *w.shape))
 
-    layers = []
-    for i in range(c.n_layer):
-        h = f"transformer.h.{i}."
-        layers.append((state[h + "ln_1.weight"].detach(), prepare(h + "attn.c_attn.weight"),
-                       prepare(h + "attn.c_proj.weight"), state[h + "ln_2.weight"].detach(),
-                       prepare(h + "mlp.c_fc.weight"), prepare(h + "mlp.c_proj.weight")))
-    w = model.lm_head.weight.detach()
-    head = w if fmt == "float32" else int8_rows(w.float()) if fmt == "int8" else w.to(torch.bfloat16)
+    layers = [block_weights(block, fmt, prepare, f"transformer.h.{i}.") for i, block in enumerate(model.transformer.h)]
+    head = format_weight(model.lm_head.weight.detach(), "bfloat16" if fmt == "int4" else fmt)  # int4: the Q8_0 head
     return layers, head, quantized
+
+
+def format_weight(w, fmt):  # a float matrix (N, K) -> what matmul(fmt, x, .) takes, for fmt float32, bfloat16, int8
+    return w if fmt == "float32" else w.to(torch.bfloat16) if fmt == "bfloat16" else int8_rows(w.float())
+
+
+def block_weights(block, fmt, prepare=None, prefix=""):  # a pretrained/llama.py Block -> run_layers' tuple for it
+    """(ln_1, qkv, proj, ln_2, fc, down): the norms' weights as they are, the matrices in fmt (format_weight), or as
+    prepare(prefix + their state_dict name) makes them (prepared: the file's int4 blocks)."""
+    prepare = prepare or (lambda name: format_weight(block.get_parameter(name).detach(), fmt))
+    return (block.ln_1.weight.detach(), prepare(prefix + "attn.c_attn.weight"), prepare(prefix + "attn.c_proj.weight"),
+            block.ln_2.weight.detach(), prepare(prefix + "mlp.c_fc.weight"), prepare(prefix + "mlp.c_proj.weight"))
 
 
 def attention(q, k, v, mask, rows=False):  # (B, nh, T, hs), (B, nkv, S, hs) x2 -> (B, nh, T, hs)

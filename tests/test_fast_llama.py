@@ -215,17 +215,18 @@ def test_the_formats_table_times_every_format_and_its_prompt_read_both_ways(caps
 
 
 def test_a_heads_lm_head_rows_run_in_int8_beside_a_quantized_target():
-    """with_decoder runs a head's reduced LM-head rows in int8 beside int8 or int4 (as engines quantize a draft with
-    its target), in float32 beside float32; the logits move by a rounding's reach, and rows_in refuses other formats."""
+    """with_decoder runs a head's reduced LM-head rows and its blocks in int8 beside int8 or int4 (as engines quantize
+    a draft with its target), in float32 beside float32; the logits move by a rounding's reach, and rows_in refuses
+    other formats. (The blocks' arithmetic: tests/test_llama_exact.py.)"""
     from drafts import heads
     target = q4_llama(0)
     head = heads.KINDS["eagle3"][0](target, draft_vocab=16)
     f = torch.randn(1, 3, target.config.n_embd)
     want = head.reduced_logits(f)
-    assert with_decoder("fast", target, head)[1].rows_format == "float32"
+    assert with_decoder("fast", target, head)[1].rows_format == "float32" and head.blocks_format == "float32"
     for decoder in ("fast-int8", "fast-int4"):
         head.rows_in("float32")
-        assert with_decoder(decoder, target, head)[1].rows_format == "int8"
+        assert with_decoder(decoder, target, head)[1].rows_format == "int8" and head.blocks_format == "int8"
         got = head.reduced_logits(f)
         assert got.shape == want.shape and not torch.equal(got, want)
         assert (got - want).abs().max() < 0.02 * want.abs().max(), (got - want).abs().max()
@@ -242,7 +243,7 @@ def test_the_vocabulary_table_weighs_coverage_against_a_heads_step(capsys):
     rows, step_ms = vocab_table(target, torch.tensor([[3, 1, 4, 1, 5]]), vocabs=(4, 8), answers=answers, repeats=2)
     assert [r["vocab"] for r in rows] == [4, 8] and step_ms > 0
     held = [a[1][1:] for i, a in enumerate(answers) if i % 16 == 15]
-    assert all(0 < r["coverage"] <= 1 and r["float32_ms"] > 0 and r["int8_ms"] > 0 for r in rows)
+    assert all(0 < r["coverage"] <= 1 and min(r["float32_ms"], r["int8_ms"], r["int8_blocks_ms"]) > 0 for r in rows)
     assert rows[0]["coverage"] <= rows[1]["coverage"] and len(held) == 2
     assert "| vocabulary | coverage of held-out answers |" in capsys.readouterr().out
     rows, _ = vocab_table(target, torch.tensor([[3, 1, 4, 1, 5]]), vocabs=(4,), repeats=1)

@@ -167,6 +167,32 @@ def test_a_reduced_vocabulary_gives_the_target_exactly_though_q_is_zero_where_p_
     assert_same_distribution(got, want)
 
 
+def in_int8(name):  # -> pair(w_target, w_draft): reduced(name)'s, the head's rows and blocks in int8 (rows_in)
+    def pair(w_target, w_draft):
+        target, draft = reduced(name)(w_target, w_draft)
+        return target, draft.rows_in("int8", blocks=True)
+    return pair
+
+
+@pytest.mark.parametrize("name", ["eagle3", "small"])
+@pytest.mark.parametrize("verify", [dict(verify="tokenwise"), dict(verify="tree", branches=(2, 2), children="sample")])
+def test_a_head_whose_blocks_run_in_int8_gives_the_target_exactly(name, verify, monkeypatch):
+    """Beside an int8 or int4 target (engine/fast.py with_decoder) a head runs its blocks as the engine runs the
+    target's (engine/llama.py run_layers, each matrix in int8 per row): q moves by a rounding, the round stays exact,
+    across the window's slide (w_target = 4)."""
+    target, draft = reduced(name)(8, 8)
+    idx = torch.tensor([PROMPT])
+    f_prev = torch.randn(1, idx.size(1), target.config.n_embd, dtype=torch.float64)  # (small reads none)
+
+    def blocks_out(blocks):  # the head's blocks over the prompt, from an empty cache, in float32 or in int8
+        return draft.rows_in("int8", blocks=blocks).predict(f_prev, idx, draft.new_cache(idx.device))
+    want, got = blocks_out(False), blocks_out(True)
+    assert not torch.equal(got, want), "the blocks' int8 matrices changed nothing: run_layers did not run them"
+    assert (got - want).abs().max() < 0.05 * want.abs().max(), (got - want).abs().max()
+    got, want = output_distribution(monkeypatch, n=3, k=2, sampling=T1, w_target=4, pair=in_int8(name), **verify)
+    assert_same_distribution(got, want)
+
+
 class RepeatLast(SuffixDraft):  # a suffix "path" of one token, every round: the last token again
     def path(self, history):
         return [history[-1]]
