@@ -241,15 +241,10 @@ def gguf_tensors(path):  # -> {GGUF name: the reader's tensor (type, bytes memor
 
 
 def prepared(model, fmt):  # -> (per layer (ln_1, qkv, proj, ln_2, fc, down), LM head, quantized here?) in format fmt
-    state = model.state_dict()
     blocks = q4_1_blocks(model) if fmt == "int4" else None  # {state_dict name: Q4_1 bytes}
     quantized = fmt == "int4" and blocks.pop("quantized here")
-
-    def prepare(name):  # a weight of the model's state_dict -> what matmul(fmt, x, .) takes
-        w = state[name].detach()
-        return format_weight(w, fmt) if fmt != "int4" else int4_packed(*q4_1_from_bytes(blocks[name], *w.shape))
-
-    layers = [block_weights(block, fmt, prepare, f"transformer.h.{i}.") for i, block in enumerate(model.transformer.h)]
+    of_block = lambda i: {name: blocks[f"transformer.h.{i}.{name}"] for name in MATRICES} if blocks else None
+    layers = [block_weights(block, fmt, of_block(i)) for i, block in enumerate(model.transformer.h)]
     head = format_weight(model.lm_head.weight.detach(), "bfloat16" if fmt == "int4" else fmt)  # int4: the Q8_0 head
     return layers, head, quantized
 
@@ -258,12 +253,17 @@ def format_weight(w, fmt):  # a float matrix (N, K) -> what matmul(fmt, x, .) ta
     return w if fmt == "float32" else w.to(torch.bfloat16) if fmt == "bfloat16" else int8_rows(w.float())
 
 
-def block_weights(block, fmt, prepare=None, prefix=""):  # a pretrained/llama.py Block -> run_layers' tuple for it
-    """(ln_1, qkv, proj, ln_2, fc, down): the norms' weights as they are, the matrices in fmt (format_weight), or as
-    prepare(prefix + their state_dict name) makes them (prepared: the file's int4 blocks)."""
-    prepare = prepare or (lambda name: format_weight(block.get_parameter(name).detach(), fmt))
-    return (block.ln_1.weight.detach(), prepare(prefix + "attn.c_attn.weight"), prepare(prefix + "attn.c_proj.weight"),
-            block.ln_2.weight.detach(), prepare(prefix + "mlp.c_fc.weight"), prepare(prefix + "mlp.c_proj.weight"))
+MATRICES = ("attn.c_attn.weight", "attn.c_proj.weight", "mlp.c_fc.weight", "mlp.c_proj.weight")  # a Block's
+
+
+def block_weights(block, fmt, q4_1=None):  # a pretrained/llama.py Block -> run_layers' tuple for it
+    """(ln_1, qkv, proj, ln_2, fc, down): the norms' weights as they are, the matrices in fmt (format_weight); for
+    int4, q4_1 holds each matrix's Q4_1 bytes by its name in MATRICES (prepared: the file's own blocks)."""
+    def matrix(name):
+        w = block.get_parameter(name).detach()
+        return int4_packed(*q4_1_from_bytes(q4_1[name], *w.shape)) if fmt == "int4" else format_weight(w, fmt)
+    qkv, proj, fc, down = map(matrix, MATRICES)
+    return block.ln_1.weight.detach(), qkv, proj, block.ln_2.weight.detach(), fc, down
 
 
 def attention(q, k, v, mask, rows=False):  # (B, nh, T, hs), (B, nkv, S, hs) x2 -> (B, nh, T, hs)

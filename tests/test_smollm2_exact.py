@@ -31,7 +31,8 @@ SAMPLED = {  # draft -> (prompt, the draft for the model): a prompt on which the
 }
 TREE = dict(verify="tree", branches=(3,), children="sample")
 # run as sample.py runs them (engine/fast.py with_decoder "fast-int4"): the file's Q4_1 blocks, the prompt read apart in
-# float32 and its features handed to the head, the head's LM-head rows in int8. Their p is the engine's (engine_probs)
+# float32 and its features handed to the head, the head's LM-head rows and blocks in int8. Their p is the engine's
+# (engine_probs)
 ENGINE = ("eagle3 tree", "small tree")
 GREEDY = {name: SAMPLED[name] for name in ("ngram", "layerskip", "eagle3")} | {
     "small": ("", lambda model: DRAFTS["small"].make(model))}  # (small: enumerated on tiny Llamas)
