@@ -23,6 +23,8 @@ The formats (FORMATS), each another target, named on every printed line (FastLla
             w = (q - 8) scale + zero: scale = d, zero = m + 8 d, both rounded to bfloat16 (the kernel's dtype);
             the Q8_0 LM head in bfloat16. A model not read from a Q4_1 file is quantized to Q4_1 here, as
             llama.cpp's llama-quantize does (gguf.quants), and its `about` says so.
+A model of any width runs in every format: the matrices are padded with zeros to the shapes torch's kernels take
+(below, "the kernels' shape rules"; tests/test_kernel_shapes.py), which changes no product.
 In bfloat16 and below, a row of a (K+1)-token forward need not equal the one-token step bit for bit: see
 docs/exactness.md, "Low precision". Speculative sampling stays exact for the p its verification computes. In those
 formats a prompt is read apart (fill, called by speculative.CachedModel in every sampler) through the float32
@@ -47,9 +49,37 @@ Q4_1_BLOCK = 32  # weights per Q4_1 block
 
 # ---- the formats: prepare a weight once, multiply by it every step ----------------------------------------------
 
-def int8_rows(w):  # (N, K) float -> (int8 (N, K), scales (N,) bfloat16): w ~ q * scale, one scale per row
+# ---- the kernels' shape rules -------------------------------------------------------------------------------
+# torch's weight-only CPU kernels were written for the sizes of real LLMs (aten/src/ATen/native/cpu/int8mm_kernel.cpp,
+# int4mm_kernel.cpp in torch 2.13), and only some of their rules are checked:
+#   _weight_int8pack_mm           walks a row's K inputs 16 at a time on AVX-512 (8 on AVX2) with aligned vector
+#                                 loads, and checks nothing: any other K reads past the row (wrong numbers for one
+#                                 row) and, from the second row on, loads from an unaligned address (a segmentation
+#                                 fault). So K is a multiple of 16, and the rows start on aligned addresses.
+#   _weight_int4pack_mm_for_cpu   blocks of 32 weights along K, output rows N in tiles of 16: both checked (an error).
+# Every matrix is therefore stored with K (and for int4 N) padded with zeros up to those multiples, and the
+# activations get as many zero columns before the product: a zero adds nothing to a sum, so the product is the
+# same; the padded outputs are cut. SmolLM2's sizes (576, 1536, 2 x 1536) need none of it.
+INT8_K = 16           # _weight_int8pack_mm: the inner size's multiple (AVX-512's step; AVX2's, 8, divides it)
+INT4_K = Q4_1_BLOCK   # _weight_int4pack_mm_for_cpu: the inner size's multiple (its group size)
+INT4_N = 16           # _weight_int4pack_mm_for_cpu: the output size's multiple
+
+
+def padded(n, multiple):  # the least multiple of `multiple` that holds n: padded(24, 16) = 32, padded(32, 16) = 32
+    return -(-n // multiple) * multiple
+
+
+def fit(x, K):  # x (M, k) bfloat16 -> (M, K): zero columns up to the stored weights' inner size, rows aligned
+    if x.size(1) != K:
+        x = F.pad(x, (0, K - x.size(1)))
+    x = x.contiguous()
+    return x if x.data_ptr() % 64 == 0 else x.clone()  # subtle: the int8 kernel's aligned loads need it
+
+
+def int8_rows(w):  # (N, K) float -> (int8 (N, padded(K, 16)), scales (N,) bfloat16): w ~ q * scale, one scale per row
     scale = w.abs().amax(1).clamp(min=1e-12) / 127.0  # symmetric: the largest weight of a row maps to +-127
-    return torch.round(w / scale[:, None]).to(torch.int8), scale.to(torch.bfloat16)
+    q = torch.round(w / scale[:, None]).to(torch.int8)
+    return F.pad(q, (0, padded(w.size(1), INT8_K) - w.size(1))), scale.to(torch.bfloat16)  # zero columns: INT8_K
 
 
 def q4_1_from_bytes(raw, N, K):  # GGUF's Q4_1 bytes (N, K/32 * 20) -> q (N, K) uint8, d (N, K/32), m (N, K/32) float32
@@ -63,9 +93,12 @@ def q4_1_from_bytes(raw, N, K):  # GGUF's Q4_1 bytes (N, K/32 * 20) -> q (N, K) 
     return torch.from_numpy(q.astype(np.uint8)), torch.from_numpy(d), torch.from_numpy(m)
 
 
-def q4_1_quantized(w):  # (N, K) float32 -> its Q4_1 bytes, as llama.cpp's llama-quantize computes them
+def q4_1_quantized(w):  # (N, K) float32 -> its Q4_1 bytes (N, padded(K, 32) / 32 * 20), as llama-quantize computes them
+    """A row whose K is not a multiple of 32 (no GGUF file holds one) is padded with zero weights first, to whole
+    blocks: the int4 kernel's K (INT4_K), and activations padded alike (matmul) multiply them by zero."""
     import gguf
-    return gguf.quants.quantize(w.detach().float().contiguous().numpy(), gguf.GGMLQuantizationType.Q4_1)
+    w = F.pad(w.detach().float(), (0, padded(w.size(1), Q4_1_BLOCK) - w.size(1)))
+    return gguf.quants.quantize(w.contiguous().numpy(), gguf.GGMLQuantizationType.Q4_1)
 
 
 def q4_1_dequantized(q, d, m):  # the float32 weights the blocks stand for: w = d * q + m
@@ -73,12 +106,15 @@ def q4_1_dequantized(q, d, m):  # the float32 weights the blocks stand for: w = 
     return (q.view(N, K // Q4_1_BLOCK, Q4_1_BLOCK).float() * d[..., None] + m[..., None]).view(N, K)
 
 
-def int4_packed(q, d, m):  # Q4_1's (q, d, m) -> (packed weights, scales and zeros) for _weight_int4pack_mm_for_cpu
+def int4_packed(q, d, m):  # Q4_1's (q, d, m) -> (packed weights, scales and zeros, N) for _weight_int4pack_mm_for_cpu
     """The kernel computes w = (q - 8) * scale + zero per block of 32: Q4_1's d * q + m with scale = d and
-    zero = m + 8 d."""
+    zero = m + 8 d. N rows are padded to a multiple of 16 (INT4_N) with blocks of zeros (d = m = 0: w = 0), whose
+    outputs matmul cuts; N is kept for that."""
+    N, rows = q.size(0), padded(q.size(0), INT4_N) - q.size(0)
+    q, d, m = (F.pad(t, (0, 0, 0, rows)) for t in (q, d, m))  # zero rows at the end
     packed = torch.ops.aten._convert_weight_to_int4pack_for_cpu(q.to(torch.int32).contiguous(), 8)  # 8 inner k-tiles
-    scales_zeros = torch.stack([d.T, (m + 8 * d).T], dim=-1).to(torch.bfloat16).contiguous()  # (K/32, N, 2)
-    return packed, scales_zeros
+    scales_zeros = torch.stack([d.T, (m + 8 * d).T], dim=-1).to(torch.bfloat16).contiguous()  # (K/32, N', 2)
+    return packed, scales_zeros, N
 
 
 def matmul(fmt, x, w):  # x (..., K) -> (..., N): x @ W.T with W as `fmt` stores it
@@ -88,14 +124,17 @@ def matmul(fmt, x, w):  # x (..., K) -> (..., N): x @ W.T with W as `fmt` stores
         return F.linear(x.to(torch.bfloat16), w)
     x2 = x.to(torch.bfloat16).reshape(-1, x.size(-1))  # the quantized kernels take (M, K)
     if fmt == "int8":
-        y = torch.ops.aten._weight_int8pack_mm(x2, *w)
+        q, scales = w
+        y = torch.ops.aten._weight_int8pack_mm(fit(x2, q.size(1)), q, scales)  # (M, N)
     else:  # int4
-        y = torch.ops.aten._weight_int4pack_mm_for_cpu(x2, w[0], Q4_1_BLOCK, w[1])
-    return y.view(*x.shape[:-1], y.size(-1))
+        packed, scales_zeros, N = w
+        y = torch.ops.aten._weight_int4pack_mm_for_cpu(fit(x2, scales_zeros.size(0) * Q4_1_BLOCK), packed,
+                                                        Q4_1_BLOCK, scales_zeros)[:, :N]  # (M, N): padded rows cut
+    return y.reshape(*x.shape[:-1], y.size(-1))
 
 
 def weight_bytes(w):  # bytes a matrix product reads: the tensors it holds
-    return sum(t.numel() * t.element_size() for t in (w if isinstance(w, tuple) else (w,)))
+    return sum(t.numel() * t.element_size() for t in (w if isinstance(w, tuple) else (w,)) if torch.is_tensor(t))
 
 
 # ---- the decoder ------------------------------------------------------------------------------------------------
@@ -115,9 +154,6 @@ class FastLlama(nn.Module):
         self.model, self.config, self.format = model, model.config, fmt
         c = model.config
         self.hs = c.n_embd // c.n_head
-        if fmt == "int4" and (c.n_embd % Q4_1_BLOCK or c.n_hidden % Q4_1_BLOCK):
-            raise ValueError(f"the int4 format runs blocks of {Q4_1_BLOCK} weights along each row, but this model's "
-                             f"rows hold n_embd={c.n_embd} and n_hidden={c.n_hidden} weights: use bfloat16 or int8")
         # subtle: packing the int4 blocks takes seconds; a model keeps each format's weights it was given, so a
         # script that wraps it again (each sample, each benchmark column) pays once. A model whose weights change
         # after (training) must not be wrapped before: its formats would keep the old weights
@@ -261,7 +297,9 @@ def block_weights(block, fmt, q4_1=None):  # a pretrained/llama.py Block -> run_
     int4, q4_1 holds each matrix's Q4_1 bytes by its name in MATRICES (prepared: the file's own blocks)."""
     def matrix(name):
         w = block.get_parameter(name).detach()
-        return int4_packed(*q4_1_from_bytes(q4_1[name], *w.shape)) if fmt == "int4" else format_weight(w, fmt)
+        if fmt != "int4":
+            return format_weight(w, fmt)
+        return int4_packed(*q4_1_from_bytes(q4_1[name], w.size(0), padded(w.size(1), Q4_1_BLOCK)))
     qkv, proj, fc, down = map(matrix, MATRICES)
     return block.ln_1.weight.detach(), qkv, proj, block.ln_2.weight.detach(), fc, down
 
