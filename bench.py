@@ -33,10 +33,11 @@ A GGUF target (--target smollm2, or a .gguf path: a pretrained chat model, dequa
 CHAT_PROMPTS instead of held-out text, requests in its chat template, and each sample ends with the model's turn
 (<|im_end|>), as in sample.py --prompt: tokens/s counts the answers' tokens. One request asks to copy a text with
 its mistakes corrected, where the lookup drafts (ngram, suffix) find what to propose. --decoder names its format
-(engine/llama.py; the default: the fastest for this CPU), which the lines of numbers name; --profile adds a table of
-the formats against the memory's roof and of how far each format's verification p is from its one-token step's;
---hf times transformers' plain generate() on the same file beside our plain sampling (compare_with_hf). With
---suite, a GGUF target answers benchmarks/chat_tasks.py's seven kinds of request instead (docs/suite.md).
+(engine/llama.py; the default, a fixed rule: fast-int4 for a Q4_1 file on a CPU), which the lines of numbers name;
+--profile adds a table of the formats against the memory's roof and of how far each format's verification p is
+from its one-token step's; --hf times transformers' plain generate() on the same file beside our plain sampling
+(compare_with_hf). With --suite, a GGUF target answers benchmarks/chat_tasks.py's seven kinds of request instead
+(docs/suite.md).
 
 What it leaves out: timing anything but the sampling loops (checkpoints load first).
 """
@@ -89,8 +90,9 @@ def get_args(argv=None):
     ap.add_argument("--decoder", default=None,
                     help=f"comma-separated, from {list(DECODERS)}: how both samplers run the models (engine/fast.py, "
                          "engine/llama.py); fast-bf16 runs the target in bfloat16, plain sampling included; fast-int8 "
-                         "and fast-int4 a GGUF target's int8 weights or its file's Q4_1 blocks. None: fast, or for a "
-                         "GGUF target the fastest format for this CPU (engine/fast.py's default_decoder)")
+                         "and fast-int4 a GGUF target's int8 weights or its file's Q4_1 blocks. None: a fixed rule "
+                         "(engine/fast.py's default_decoder): fast-int4 for a Q4_1 GGUF file on a CPU, fast-bf16 for "
+                         "a GGUF target on a GPU, else fast; --target smollm2 --profile times every format here")
     ap.add_argument("--prompts", type=int, default=None,
                     help=f"prompts (per category with --suite), cut from the held-out text (a GGUF target: the first of "
                          f"CHAT_PROMPTS' {len(CHAT_PROMPTS)} requests, or of each category's five with --suite); "

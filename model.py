@@ -452,7 +452,7 @@ def load_checkpoint(path, device="cpu"):
     logits while sampling)."""
     if not os.path.exists(path):
         raise FileNotFoundError(f"no checkpoint at {path!r}: train one with train_draft.py "
-                                "(see README, 'Train your own') or pass the right path")
+                                "(see README, 'The shipped pair, and your own') or pass the right path")
     ckpt = read_plain(path, "model.save_checkpoint", "retrain it with train_draft.py")
     if not isinstance(ckpt, dict) or "model_args" not in ckpt or "state_dict" not in ckpt:
         raise ValueError(f"{path!r} is a torch.save file, but not a checkpoint written by model.save_checkpoint (it "

@@ -113,14 +113,17 @@ def get_args(argv=None):
     ap.add_argument("--decoder", choices=DECODERS, default=None,
                     help="how both samplers run the models: fast (engine/fast.py, engine/llama.py: same logits, less "
                          "Python per step), eager (model.py), fast-bf16 (a bfloat16 target), and for a GGUF target "
-                         "fast-int8 (int8 weights) or fast-int4 (the file's Q4_1 blocks); None: fast, or for a GGUF "
-                         "target the fastest format for this CPU (engine/fast.py's default_decoder)")
+                         "fast-int8 (int8 weights) or fast-int4 (the file's Q4_1 blocks); None: a fixed rule (engine/fast.py's "
+                         "default_decoder): fast-int4 for a Q4_1 GGUF file on a CPU, fast-bf16 for a GGUF target on a "
+                         "GPU, else fast. It measured fastest on the CPUs in BENCHMARKS.md; time yours with python "
+                         "bench.py --target smollm2 --profile")
     ap.add_argument("--verify", default="tokenwise",
                     help=f"how the drafts are verified, a name in speculative.ROUNDS: {verifier_names()}")
     add_registry_arguments(ap)
     ap.add_argument("--batch", type=int, default=None,
                     help="generate --batch samples together, as one batch (engine/batched.py; model.py's per-row cache, so "
-                         "--decoder is not used; token-wise verification only)")
+                         "--decoder is not used: a GGUF target runs as the readable float32 model, not in int4; "
+                         "token-wise verification only)")
     ap.add_argument("--seed", type=int, default=1337, help="seeds the sampling (reproducible with an int --k)")
     ap.add_argument("--show", choices=["rounds", "prompt"], action="append", default=[],
                     help="rounds: colour each token by where it came from: a kept draft (green), a rejected draft "
@@ -358,7 +361,8 @@ def parse_k(text):
     if text == "auto":
         return text
     if not text.isdigit() or int(text) < 1:
-        raise argparse.ArgumentTypeError(f"expected an int >= 1 or 'auto', got {text!r}")
+        raise argparse.ArgumentTypeError(f"expected an int >= 1 or 'auto', got {text!r} (K = 0 in every round is "
+                                         "plain sampling: --draft none; auto chooses K = 0 where no K pays)")
     return int(text)
 
 
@@ -564,6 +568,9 @@ def prompt_ids(args, tok):  # -> (the prompt's ids, the flag that gave it, a cha
     else:
         flag, templated = "--prompt", chat and not args.raw
         text = read_prompt(args.prompt, flag) if args.prompt is not None else CHAT_PROMPT if chat else "\n"
+    if templated and not text.strip():  # subtle: the template alone is not empty, yet it asks nothing
+        raise SystemExit(f"{flag} is empty: give the request, e.g. {flag} {CHAT_PROMPT!r} (--raw continues text "
+                         "as it is, the template left out)")
     try:
         ids = tok.gguf.chat([{"role": "user", "content": text}]) if templated else tok.encode(text)
     except ValueError as e:  # a character the vocabulary lacks; a chat template other than SmolLM2's
@@ -666,9 +673,18 @@ def why_nothing_drafted(draft):
             "and no round had that")
 
 
-def k_per_round(median, low, high, draft):  # -> "K per round: median 4, 1..6"; at 0..0, why nothing was drafted
+def k_per_round(median, low, high, draft, ks=None):  # -> "K per round: median 4, 1..6"; at 0..0, why nothing drafted
+    """ks (every round's K), where some rounds drafted nothing: how many did draft, and their median K, so that a
+    median of 0 beside several tokens per target call reads right (k="auto" and suffix make plain steps, K = 0, where
+    no draft pays, and long rounds where one does)."""
     text = f"K per round: median {median}, {low}..{high}"
-    return text if high > 0 else f"{text}: {why_nothing_drafted(draft)}"
+    if high == 0:
+        return f"{text}: {why_nothing_drafted(draft)}"
+    drafted = sorted(K for K in ks or () if K > 0)
+    if ks and len(drafted) < len(ks):
+        text += (f"; {len(drafted)} of {len(ks)} rounds drafted, median K {drafted[len(drafted) // 2]} there, the "
+                 "others were plain steps (K = 0)")
+    return text
 
 
 def summary(args, draft, totals, ks, decoder=None):  # the statistics line; its terms are the README's glossary
@@ -677,7 +693,7 @@ def summary(args, draft, totals, ks, decoder=None):  # the statistics line; its 
     if args.batch:  # engine/batched.py: tokens of all rows, forwards of all rows at once
         mode += f", batch of {args.batch}"
     if draft is not None and ks and (args.k == "auto" or max(ks) == 0):  # a fixed K that never drafted: say why
-        mode += f" ({k_per_round(sorted(ks)[len(ks) // 2], min(ks), max(ks), draft)})"
+        mode += f" ({k_per_round(sorted(ks)[len(ks) // 2], min(ks), max(ks), draft, ks)})"
     if draft is not None and args.verify != "tokenwise":
         mode += f", verify {args.verify}" + ("" if ROUNDS[args.verify].lossless else " (LOSSY: not the target's distribution)")
     line = (f"{mode}: {totals['tokens']} tokens in {totals['seconds']:.2f} s = "
@@ -698,6 +714,12 @@ def sample_batch(args, target, draft, tok, prompt, stop, header, visible):
     from engine.batched import BatchStats, autoregressive_generate_batch, speculative_generate_batch
     gen = torch.Generator(device=args.device).manual_seed(args.seed)
     sampling = dict(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, generator=gen, stop=stop)
+    if args.decoder != "eager":  # say which model runs: a batch does not run the format a single sample runs
+        print(f"--batch: engine/batched.py runs the readable model (model.py's per-row cache"
+              + (", float32 weights dequantized from the file" if is_gguf(args.target) else "")
+              + f"), not the {args.decoder} decoder one sample runs"
+              + (": the weight-only formats decode one sequence at a time, so for speed on a CPU drop --batch"
+                 if args.decoder in ("fast-int8", "fast-int4") else ""))
     prompts, stats, tic = [prompt] * args.batch, BatchStats(), time.perf_counter()
     new = [[] for _ in prompts]  # each row's new tokens so far
     stream = lambda b, ids: new[b].extend(ids)
@@ -737,7 +759,7 @@ def sample_batch(args, target, draft, tok, prompt, stop, header, visible):
 def batch_summary(args, draft, stats, calls):
     totals = dict(tokens=stats.new_tokens, seconds=stats.total_time, target_calls=calls, drafted=stats.drafted,
                   accepted=stats.accepted)
-    summary(args, draft, totals, [K for *_, K, _ in stats.rounds], decoder="eager (model.py)")
+    summary(args, draft, totals, [K for *_, K, _ in stats.rounds], decoder="eager (model.py, batched)")
 
 
 if __name__ == "__main__":

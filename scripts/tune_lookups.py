@@ -76,7 +76,7 @@ def simulate(make, answers, K_cap, v, step):  # -> (predicted speedup, tokens pe
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--target", default="smollm2")
-    ap.add_argument("--decoder", default=None, help="as sample.py's (None: the fastest format for this CPU)")
+    ap.add_argument("--decoder", default=None, help="as sample.py's (None: its fixed rule, fast-int4 for a Q4_1 file on a CPU)")
     ap.add_argument("--requests", type=int, default=24, help="training requests answered (data.chat_requests)")
     ap.add_argument("--max_new_tokens", type=int, default=128)
     ap.add_argument("--seed", type=int, default=1, help="which requests (data.chat_requests' shuffle)")

@@ -65,6 +65,13 @@ def test_the_advice_says_overhead_when_theory_already_pays():
     assert "would pay" in theory.why_it_does_not_pay(0.4, 0.33, 1.1, measured=0.9, K=1)  # theory < 1: as before
 
 
+@pytest.mark.parametrize("speedup,std,win", [(0.94, 0.02, False), (0.95, float("nan"), False), (1.04, 0.06, False),
+                                              (1.10, 0.06, True), (1.01, float("nan"), True)])
+def test_a_win_is_a_speedup_above_one_by_more_than_its_spread(speedup, std, win):
+    """The verdict line's "wins": the fastest column of a category counts only where it beats plain beyond noise."""
+    assert suite.beats_plain(dict(speedup=speedup, speedup_std=std)) == win
+
+
 SMOKE = ["--suite", "--prompts", "1", "--repeats", "2", "--max_new_tokens", "12", "--draft", "checkpoints/draft.pt,ngram"]
 
 

@@ -52,6 +52,8 @@ def test_a_draft_that_proposes_nothing_says_why_and_its_rates_read_dash_not_nan(
 
 def test_k_per_round_says_why_only_when_no_round_drafted():
     assert sample.k_per_round(4, 1, 6, SuffixDraft(5)) == "K per round: median 4, 1..6"
+    assert sample.k_per_round(0, 0, 8, SuffixDraft(5), [0, 0, 0, 8, 6]) == (
+        "K per round: median 0, 0..8; 2 of 5 rounds drafted, median K 8 there, the others were plain steps (K = 0)")
     assert "proposed nothing in any round" in sample.k_per_round(0, 0, 0, SuffixDraft(5))
     assert "no round had room for a draft" in sample.k_per_round(0, 0, 0, object())  # a draft that always proposes
 

@@ -77,7 +77,7 @@ def test_sample_answers_a_prompt_in_the_chat_template_and_prints_the_statistics(
     argv = ["--target", "smollm2", "--prompt", "Say hi.", "--max_new_tokens", "8", "--draft", "none", "--temperature", "0"]
     sample.main(argv)
     out = capsys.readouterr().out
-    decoder, about = default_run(smollm2[0])  # the fastest format for this CPU: every line names it
+    decoder, about = default_run(smollm2[0])  # the default format (a fixed rule): every line names it
     assert f"target smollm2 ({about}, 134.52M), draft none: plain sampling" in out
     assert "decoder" not in out.split("---------- sample")[0]  # no note about a decoder nobody asked for
     assert out.count("---------- sample") == 1
@@ -89,6 +89,8 @@ def test_sample_answers_a_prompt_in_the_chat_template_and_prints_the_statistics(
     assert f"\nprompt: {n} tokens, read in " in out and "models loaded and prepared in " in out
     sample.main(argv + ["--batch", "2"])  # a batch's samples show the same
     batch = capsys.readouterr().out
+    assert "--batch: engine/batched.py runs the readable model (model.py's per-row cache, float32 weights" in batch
+    assert f"not the {decoder} decoder one sample runs" in batch and "eager (model.py, batched) decoder" in batch
     for i in (1, 2):
         text = batch.split(f"---------- sample {i}/2\n")[1].split("\n---------- ")[0]
         assert text.startswith("user: Say hi.\nassistant: ") and "<|im_start|>" not in text, text
@@ -278,6 +280,13 @@ def test_sample_runs_a_gguf_path_end_to_end_and_greedy_speculative_equals_plain(
     assert "target " in plain and "(tiny, float32 as stored, 0." in plain  # an F32 file: nothing was dequantized
     assert sample_text(plain).startswith("<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nhi the")
     assert sample_text(spec) == sample_text(plain) and stats_line(spec).startswith("speculative sampling, K=3")
+
+
+@pytest.mark.parametrize("prompt", ["", " \n "])
+def test_an_empty_request_to_a_chat_model_is_refused_as_an_empty_start_is(tiny_gguf, prompt):
+    """The chat template alone is not empty, yet it asks nothing: refused as the toy pair refuses an empty --start."""
+    with pytest.raises(SystemExit, match="--prompt is empty: give the request"):
+        sample.main(["--target", tiny_gguf, "--prompt", prompt, "--draft", "none", "--max_new_tokens", "2"])
 
 
 def test_bench_runs_a_gguf_path(tiny_gguf, capsys):

@@ -105,3 +105,19 @@ def test_the_checks_can_fail():
     assert missing_files(text) == ["docs/nothing.md", "notebooks/09_missing.ipynb", "notebooks/bench_gone.json"]
     assert bad_flags(text) == ["sample.py --tempreature", "train_draft.py --preset", "--no_such_flag"]
     assert slug("2026-12-04 · Intel Xeon: K = 1..8 and `auto`") == "2026-12-04--intel-xeon-k--18-and-auto"
+
+
+def test_every_readme_section_the_code_points_to_exists():
+    """An error that says "see README, 'SECTION'" sends the reader to a heading the README has."""
+    headings = set(re.findall(r"^#+ (.+)$", read("README.md"), re.M))
+    pointers = []
+    for folder, _, files in os.walk(ROOT):
+        parts = os.path.relpath(folder, ROOT).split(os.sep)
+        if folder != ROOT and any(part.startswith(".") or part == "tests" for part in parts):
+            continue  # .venv, .git; tests/ (this test names the pattern itself)
+        for name in files:
+            if name.endswith(".py"):
+                text = read(os.path.relpath(os.path.join(folder, name), ROOT))
+                pointers += [(name, section) for section in re.findall(r"README, '([^']+)'", text)]
+    assert pointers, "no code points to a README section: the pattern no longer matches"
+    assert [p for p in pointers if p[1] not in headings] == []
