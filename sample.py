@@ -17,6 +17,7 @@ Sample text with speculative sampling from a target/draft pair (default: the shi
     python sample.py --target smollm2 --prompt "Hi" --show prompt   # its whole prompt: the template, the system turn
     python sample.py --target smollm2 --draft layerskip --start "Once upon a time"  # its text continued, no template
     python sample.py --target smollm2 --draft eagle3 --prompt "Tell me about owls."  # a head trained for it
+    python sample.py --target smollm2 --decoder fast --draft int4   # float32 drafted by its own int4 blocks
 
 The tokenizer comes from the checkpoint (never guessed). A draft with another tokenizer than the target's works
 through the tokens both vocabularies share (drafts/cross_vocab.py), still exactly.
@@ -25,12 +26,12 @@ A GGUF file as --target (the name smollm2, or a path) is a pretrained Llama (pre
 once from the file's blocks; its tokenizer comes from the same file. --prompt wraps the text in its chat template as
 a user's turn, and a sample ends with the model's turn (<|im_end|>); --start or --raw continue the text as it is.
 A sample shows the request and the answer (--show prompt: the template too); at T = 0 one sample by default.
-The drafts that run on it: those built from the target or its text (ngram, suffix, layerskip, int8), and the ones
+The drafts that run on it: those built from the target or its text (ngram, suffix, layerskip, int8, int4), and the ones
 trained for SmolLM2 in checkpoints/smollm2/ (eagle3, small; --suffix_over eagle3 stacks the suffix draft over the
 head); a head with no weights for it (eagle, medusa) is refused before the model loads. engine/llama.py runs it as
 an engine does, in the format --decoder names (fast: float32, fast-bf16, fast-int8, fast-int4: the file's own Q4_1
-blocks; eager: pretrained/llama.py itself); without --decoder, the fastest the benchmarks back for this CPU
-(engine/fast.py's default_decoder). Every line of numbers names the format.
+blocks; eager: pretrained/llama.py itself); without --decoder, a fixed rule that the benchmarks back (fast-int4 on a
+CPU, engine/fast.py's default_decoder). Every line of numbers names the format.
 """
 
 import argparse
@@ -440,6 +441,10 @@ def main(argv=None):
                                                if templated else "")) from e
     stop = (tok.stop + (stop_sequences(args.stop, tok) or [])) or None  # a chat model's end of turn, and --stop
     runs = (target, draft) if args.batch else with_decoder(args.decoder, target, draft)  # --batch: no --decoder
+    if args.draft == "int4" and args.decoder == "fast-int4" and not args.batch:
+        print("--draft int4 beside --decoder fast-int4 (the default for a Q4_1 file) is the target drafting for "
+              "itself: every draft is kept and nothing is saved; --decoder fast (float32) or fast-bf16 is the target "
+              "it drafts for (Chen et al.'s regime)")
     load_seconds = time.perf_counter() - loading  # the models read, and the format's weights packed
     about = f"{runs[0].about}, " if hasattr(runs[0], "about") else ""  # a GGUF file's: what its weights are
     print(f"target {shown(args.init_from or args.target)} ({about}{target.num_params() / 1e6:.2f}M), draft "

@@ -93,6 +93,87 @@ def format_table(target, prompt, repeats=7, formats=FORMATS):
     return rows, bandwidth
 
 
+def int8_both(w):  # (N, K) float -> (int8 (K, N), scales (N,)): the weights of the w8a8 route, one scale per row
+    scale = w.abs().amax(1).clamp(min=1e-12) / 127.0
+    return torch.round(w / scale[:, None]).to(torch.int8).t().contiguous(), scale
+
+
+def w8a8(x, w):  # x (M, K) float, int8_both's w -> (M, N): activations quantized per row, integers summed (_int_mm)
+    q, scale = w
+    a = x.abs().amax(1, keepdim=True).clamp(min=1e-12) / 127.0  # one scale per row of activations
+    return torch._int_mm(torch.round(x / a).to(torch.int8), q).float() * a * scale  # exact integer sums per row
+
+
+def kernel_routes(target):  # -> ({route: (every block matrix in it, product(x, w)) or why this CPU lacks it}, K's)
+    from torch.nn import functional as F
+    from engine.llama import matmul
+    of = lambda fmt: [w for layer in FastLlama(target, fmt).layers for w in (layer[1], layer[2], layer[4], layer[5])]
+    floats = of("float32")  # (N, K) each: qkv, proj, gate and up, down, layer after layer
+    routes = {"int4 (_weight_int4pack_mm_for_cpu)": (of("int4"), lambda x, w: matmul("int4", x, w)),
+              "int8 weights (_weight_int8pack_mm)": (of("int8"), lambda x, w: matmul("int8", x, w)),
+              "int8 weights and activations (_int_mm)": ([int8_both(w) for w in floats], w8a8),
+              "bfloat16 (F.linear)": ([w.to(torch.bfloat16) for w in floats],
+                                      lambda x, w: F.linear(x.to(torch.bfloat16), w)),
+              "float32 (F.linear)": (floats, F.linear)}
+    name = "bfloat16 prepacked (mkldnn._linear_pointwise)"
+    try:  # oneDNN's prepacked bfloat16 weights: CPUs with AVX-512 (BW, VL, DQ) or AVX-NE-CONVERT
+        packed = [torch.ops.mkldnn._reorder_linear_weight(w.to(torch.bfloat16), None) for w in floats]
+        routes[name] = (packed, lambda x, w: torch.ops.mkldnn._linear_pointwise(x.to(torch.bfloat16), w, None, "none",
+                                                                                [], ""))
+    except RuntimeError as e:
+        routes[name] = str(e).splitlines()[0]
+    return routes, [w.size(1) for w in floats]
+
+
+@torch.no_grad()
+def kernel_table(target, widths=(1, *WIDTHS), repeats=5):
+    """The matrix products alone, by route: every block matrix of the target (4 a layer) for a forward of n rows,
+    the one-row time and v(n) = n rows over one, and whether each row of a 9-row product equals that row's one-row
+    product bit for bit (what keeps greedy speculative equal to greedy plain). Interleaved, median of `repeats`.
+    What a route costs beyond its products (attention, norms, casts) is format_table's. -> rows, printed."""
+    routes, inners = kernel_routes(target)
+    ready = {name: r for name, r in routes.items() if not isinstance(r, str)}
+    x = {n: torch.randn(n, max(inners)) for n in widths}  # each matrix reads the first K columns
+
+    def run(name, n):
+        weights, product = ready[name]
+        for w, K in zip(weights, inners):
+            product(x[n][:, :K], w)
+    times = {name: {n: [] for n in widths} for name in ready}
+    for name in ready:  # warm up every shape once
+        for n in widths:
+            run(name, n)
+    for _ in range(repeats):
+        for name in ready:
+            for n in widths:
+                tic = time.perf_counter()
+                run(name, n)
+                times[name][n].append(time.perf_counter() - tic)
+    rows = []
+    for name, route in routes.items():
+        if isinstance(route, str):
+            rows.append(dict(route=name, unavailable=route))
+            continue
+        weights, product = route
+        nine = x[9]
+        equal = all(torch.equal(product(nine[i:i + 1, :K], w), product(nine[:, :K], w)[i:i + 1])
+                    for w, K in zip(weights[:4], inners) for i in range(9))  # the first layer's four matrices
+        step = statistics.median(times[name][1])
+        rows.append(dict(route=name, step_ms=1e3 * step, rows_equal=equal,
+                         v={n: statistics.median(times[name][n]) / step for n in widths if n > 1}))
+    print(f"\nthe matrix products alone, by route: the {len(inners)} block matrices of a forward, median of {repeats} "
+          f"interleaved, {torch.get_num_threads()} threads")
+    print("| route | one row | " + " | ".join(f"v({n})" for n in widths if n > 1) + " | rows equal to one-row products |")
+    print("|---|---|" + "---|" * (len(widths) - 1) + "---|")
+    for r in rows:
+        if "unavailable" in r:
+            print(f"| {r['route']} | not on this CPU: {r['unavailable']} |" + " |" * len(widths))
+        else:
+            print(f"| {r['route']} | {r['step_ms']:.1f} ms | " + " | ".join(f"{v:.2f}" for v in r["v"].values())
+                  + f" | {'yes' if r['rows_equal'] else 'no'} |")
+    return rows
+
+
 @torch.no_grad()
 def drift(fast, prompt, new_tokens=48, width=5):
     """How far a (width)-token verification forward's p is from the one-token step's at the same positions, in a

@@ -8,7 +8,7 @@ round, its proofs and bench.py cover them all. `import drafts` registers:
 
     ngram.py        prompt lookup, no model (Saxena 2023); TokenListCache, the interface for weightless models
     suffix.py       suffix decoding, no model (Oliaro et al. 2024): the longest match, its most frequent path
-    self_drafts.py  the target's own first layers (early exit, LayerSkip) and an int8 copy of it
+    self_drafts.py  the target's own first layers (early exit, LayerSkip), an int8 copy, its int4 blocks
     parallel.py     a draft that proposes a round's K tokens in one forward, through mask tokens (PARD, An et al. 2025)
     eagle.py        an EAGLE-style head on the target's features (Li et al. 2024)
     eagle3.py       the EAGLE head on three of the target's blocks, trained unrolled (EAGLE-3, Li et al. 2025)

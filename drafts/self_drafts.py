@@ -1,6 +1,7 @@
 """
-Drafts made from the target itself, with no second model to train: its first layers (early exit), or an int8 copy.
-Lossless, as any draft: speculative.py's round tests each token against the full target.
+Drafts made from the target itself, with no second model to train: its first layers (early exit), an int8 copy, or
+its own weights as 4-bit blocks. Lossless, as any draft: speculative.py's round tests each token against the full
+target.
 
 - `layerskip`: the target's first L layers, then its own final layer norm and LM head (LayerSkip, Elhoushi et al.
   2024, arXiv:2404.16710; transformers' early-exit assistant). No training; LayerSkip also fine-tunes the target
@@ -10,12 +11,21 @@ Lossless, as any draft: speculative.py's round tests each token against the full
   gpt-fast's int8 draft). The same model with coarser weights: alpha near 1, c as large as int8 matmuls are
   fast here (on a CPU, often not much faster than float32: Theorem 3.8 then says it cannot pay).
 
-In Theorem 3.8's terms both trade a second model for a high alpha at a high c; on a GPU, where v is near 1 and a
+- `int4`: the target's own weights as Q4_1 blocks, the format engine/llama.py's int4 decoder runs: for a Llama (a
+  GGUF target) that decoder itself, the file's own blocks through torch's 4-bit kernel, drafting for the target run
+  in float32 or bfloat16 (--decoder fast, fast-bf16). This is the regime of Chen et al. (2023, section 4): the same
+  model in coarser arithmetic, so alpha is near 1 and c is the int4 step over the target's. For a model.GPT, which
+  has no int4 decoder, a copy whose block matrices are rounded to Q4_1 and run dequantized: the same numbers, alpha
+  alone, no speed. Beside an int4 target (--decoder fast-int4, the default for a Q4_1 file) it is the target itself:
+  every draft kept, and nothing saved.
+
+In Theorem 3.8's terms all three trade a second model for a high alpha at a high c; on a GPU, where v is near 1 and a
 draft step of a half-depth model costs about half a target step, the trade is the one bench.py's Theorem 3.8 line
 shows for c = 0.5.
 
     speculative_generate(target, early_exit(target, 3), idx, n)      # sample.py --draft layerskip (half the layers)
     speculative_generate(target, int8_copy(target), idx, n)          # sample.py --draft int8
+    speculative_generate(FastLlama(llama), int4_copy(llama), idx, n)  # sample.py --target smollm2 --decoder fast --draft int4
 """
 
 import copy
@@ -64,6 +74,31 @@ def int8_copy(target):
     return draft.eval()
 
 
+def int4_copy(target):
+    """-> the target's weights as Q4_1 blocks: engine/llama.py's FastLlama in int4 for a Llama (it shares the target's
+    packed blocks, made once per model); for a model.GPT a copy with each block matrix rounded to its Q4_1 blocks."""
+    from engine.llama import FastLlama, q4_1_rounded
+    from model import GPT
+    if next(target.parameters()).device.type != "cpu":
+        raise ValueError("--draft int4 runs torch's CPU 4-bit kernel: on a GPU use --draft layerskip")
+    dtype = next(target.parameters()).dtype
+    if not isinstance(target, GPT):
+        if dtype == torch.float32:
+            return FastLlama(target, "int4")
+        # FastLlama's stream is float32: a target in another dtype (the tests' float64) lends a float32 copy, and its
+        # logits go back to that dtype, so q is made in the target's precision (as int8_copy's)
+        draft = FastLlama(copy.deepcopy(target).float(), "int4")
+        draft.register_forward_hook(lambda module, args, out: (out[0].to(dtype), out[1]))
+        return draft
+    draft = copy.deepcopy(target)
+    with torch.no_grad():
+        for block in draft.transformer.h:
+            for module in block.modules():
+                if isinstance(module, nn.Linear):
+                    module.weight.copy_(q4_1_rounded(module.weight))
+    return draft.eval()
+
+
 def int8_num_params(draft):
     """-> an int8 copy's parameters, counted as the target's class counts the target's (10.68M for the shipped target,
     not the 0.04M that parameters() still sees). quantize_dynamic packs each Linear's weight and bias, which it then
@@ -87,3 +122,7 @@ speculative.DRAFTS["layerskip"] = Drafter(
     help=dict(layerskip_layers="with --draft layerskip: how many of the target's layers the draft runs (-1: half)"))
 speculative.DRAFTS["int8"] = Drafter(
     lambda target: int8_copy(target), doc="an int8 copy of the target (dynamic quantization, as gpt-fast): lossless")
+speculative.DRAFTS["int4"] = Drafter(
+    lambda target: int4_copy(target),
+    doc="the target's own weights as Q4_1 blocks (its int4 decoder, for a float32 target: Chen et al.'s regime): "
+        "lossless")

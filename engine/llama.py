@@ -106,6 +106,11 @@ def q4_1_dequantized(q, d, m):  # the float32 weights the blocks stand for: w = 
     return (q.view(N, K // Q4_1_BLOCK, Q4_1_BLOCK).float() * d[..., None] + m[..., None]).view(N, K)
 
 
+def q4_1_rounded(w):  # (N, K) float -> (N, K) float32: the weights its Q4_1 blocks stand for (padding cut)
+    N, K = w.shape
+    return q4_1_dequantized(*q4_1_from_bytes(q4_1_quantized(w), N, padded(K, Q4_1_BLOCK)))[:, :K]
+
+
 def int4_packed(q, d, m):  # Q4_1's (q, d, m) -> (packed weights, scales and zeros, N) for _weight_int4pack_mm_for_cpu
     """The kernel computes w = (q - 8) * scale + zero per block of 32: Q4_1's d * q + m with scale = d and
     zero = m + 8 d. N rows are padded to a multiple of 16 (INT4_N) with blocks of zeros (d = m = 0: w = 0), whose
@@ -183,6 +188,9 @@ class FastLlama(nn.Module):
             "scales and activations)" if not quantized else f"{about}, then quantized to Q4_1 here (int4 kernel)")
         self.name = getattr(model, "name", None)  # drafts trained for the model find their weights by it
         self.reset_cache()
+
+    def num_params(self):  # the model's parameters, in whichever format they run (a draft's size, sample.py prints it)
+        return self.model.num_params()
 
     def weight_bytes(self):  # -> bytes of weights one step reads: the roof's numerator
         per_layer = sum(weight_bytes(w) for layer in self.layers for w in layer)

@@ -214,6 +214,21 @@ def test_the_formats_table_times_every_format_and_its_prompt_read_both_ways(caps
     assert f"a {READ}-token prompt read in one forward of its kernels | as the samplers read it |" in capsys.readouterr().out
 
 
+def test_the_kernel_table_times_every_route_and_checks_its_rows_against_one_row_products(capsys, monkeypatch):
+    """bench.py --profile's routes for a verification: every block matrix, n rows against one. The weight-only
+    kernels and integer sums keep each row equal to its one-row product; a planted kernel whose rows depend on their
+    neighbours (a row's own sum plus a share of the batch's mean) is reported as not."""
+    from benchmarks import formats
+    rows = formats.kernel_table(q4_llama(0), repeats=1)
+    out = capsys.readouterr().out
+    timed = {r["route"]: r for r in rows if "unavailable" not in r}
+    assert len(rows) == 6 and all(r["step_ms"] > 0 and set(r["v"]) == {2, 3, 5, 9, 17} for r in timed.values())
+    assert all(timed[r]["rows_equal"] for r in timed if r.startswith(("int4", "int8")))
+    assert "| route | one row | v(2) | v(3) | v(5) | v(9) | v(17) | rows equal to one-row products |" in out
+    monkeypatch.setattr(formats, "w8a8", lambda x, w: x @ w[0].float() + 1e-3 * x.mean())
+    assert not next(r for r in formats.kernel_table(q4_llama(0), repeats=1) if "_int_mm" in r["route"])["rows_equal"]
+
+
 def test_a_heads_lm_head_rows_run_in_int8_beside_a_quantized_target():
     """with_decoder runs a head's reduced LM-head rows and its blocks in int8 beside int8 or int4 (as engines quantize
     a draft with its target), in float32 beside float32; the logits move by a rounding's reach, and rows_in refuses
