@@ -106,4 +106,4 @@ def test_the_core_finds_the_methods_through_its_registries():
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True).stdout
     assert "unknown verify='block'" in out and "`import verifiers` first" in out
     assert "[]\n" in out, "speculative.DRAFTS should be empty until `import drafts`"
-    assert out.strip().endswith("True ['eagle', 'eagle3', 'int8', 'layerskip', 'medusa', 'ngram', 'parallel', 'small', 'suffix']"), out
+    assert out.strip().endswith("True ['eagle', 'eagle3', 'int4', 'int8', 'layerskip', 'medusa', 'ngram', 'parallel', 'small', 'suffix']"), out

@@ -90,6 +90,9 @@ BENCH_AMD, BENCH_INTEL, CHAT, FORMATS = "bench_cpu.json", "bench_cpu_intel.json"
     "profile_cpu_formats.json"
 LOOKUPS = ["ngram@auto", "suffix@auto", "suffix:suffix_corpus=python@auto"]
 
+SELF, ROUTES = "chat_suite_self_int4_avx2.json", "profile_routes_avx2_formats.json"  # the int4 draft, the routes
+int4_route = lambda run: next(r for r in run["kernels"] if r["route"].startswith("int4"))
+
 QUOTES = [  # (file, the run's JSON, the quoted text from it: a function of load_run)
     ("README.md", BENCH_AMD, lambda run: "| AMD EPYC | float32 " + glance_row(run(BENCH_AMD), "fast")),
     ("README.md", BENCH_INTEL, lambda run: "| float32 " + glance_row(run(BENCH_INTEL), "fast")),
@@ -140,6 +143,18 @@ QUOTES = [  # (file, the run's JSON, the quoted text from it: a function of load
          overall(run("chat_suite_heads_cpu.json"), "eagle3@auto", "t1.0"),
          overall(run("chat_suite_heads_cpu.json"), "small@auto", "t1.0"),
          row(run("chat_suite_heads_cpu.json"), "math", "t1.0", "eagle3@auto")["speedup"])),
+    ("README.md", SELF, lambda run: "Chen et al.'s regime: {:.2f}× at T = 1 on SmolLM2".format(
+        overall(run(SELF), "int4@auto", "t1.0"))),
+    ("docs/suite.md", SELF, lambda run: "{:.2f}x overall at T = 0 and {:.2f}x at T = 1, with α {} and τ {}".format(
+        overall(run(SELF), "int4@auto", "t0"), overall(run(SELF), "int4@auto", "t1.0"),
+        span([overall(run(SELF), "int4@auto", st, "alpha") for st in ("t0", "t1.0")]),
+        span([overall(run(SELF), "int4@auto", st, "tau") for st in ("t0", "t1.0")], "{:.0f}"))),
+    ("docs/exactness.md", ROUTES, lambda run: "int4 kernel's v(5) is {:.2f} and v(9) {:.2f} there".format(
+        *(int4_route(run(ROUTES))["v"][n] for n in ("5", "9")))),
+    ("notebooks/08_real_llm.ipynb", SELF, lambda run: "{:.2f}x overall over float32 plain at T = 1, where the lookups "
+     "find nothing to copy (`suffix` {:.2f}x), and {:.2f}x at T = 0".format(
+         overall(run(SELF), "int4@auto", "t1.0"), overall(run(SELF), "suffix@auto", "t1.0"),
+         overall(run(SELF), "int4@auto", "t0"))),
 ]
 
 

@@ -129,6 +129,22 @@ def test_greedy_speculative_text_equals_greedy_plain_text(scripts_load, capsys, 
     assert stats_line(spec).startswith("speculative sampling, K=3: ") and "drafts kept" in stats_line(spec)
 
 
+def test_the_int4_draft_keeps_a_float32_targets_greedy_text_and_says_when_it_is_the_target_itself(scripts_load, capsys):
+    """--draft int4: the file's own blocks drafting for the float32 model (--decoder fast); beside the default int4
+    target it would be the target itself, and sample.py says so."""
+    argv = ["--target", "smollm2", "--prompt", "Repeat exactly: the cat sat on the mat.", "--max_new_tokens", "12",
+            *GREEDY]
+    sample.main(argv + ["--decoder", "fast", "--draft", "none"])
+    plain = capsys.readouterr().out
+    sample.main(argv + ["--decoder", "fast", "--draft", "int4"])
+    spec = capsys.readouterr().out
+    assert sample_text(spec) == sample_text(plain) and "drafts kept" in stats_line(spec)
+    assert "drafting for itself" not in spec
+    sample.main(argv + ["--draft", "int4"])
+    assert "--draft int4 beside --decoder fast-int4 (the default for a Q4_1 file) is the target drafting for itself" \
+        in capsys.readouterr().out
+
+
 def test_raw_and_start_continue_the_text_without_the_template(scripts_load, capsys):
     for flags in (["--start", "The capital of France is"], ["--prompt", "The capital of France is", "--raw"]):
         sample.main(["--target", "smollm2", *flags, "--max_new_tokens", "2", "--draft", "none", *GREEDY])
@@ -154,7 +170,7 @@ def test_a_draft_with_no_weights_for_this_target_is_refused_in_one_line_before_i
     message = str(e.value.code)
     assert message.startswith("--draft medusa has no weights trained for smollm2 here (checkpoints/smollm2/medusa.pt)")
     assert "train_draft.py trains eagle3, eagle, small for it" in message
-    assert "use --draft eagle3, small (trained for it, shipped) or --draft int8, layerskip, ngram, suffix" in message
+    assert "use --draft eagle3, small (trained for it, shipped) or --draft int4, int8, layerskip, ngram, suffix" in message
     assert "\n" not in message
 
 
