@@ -128,14 +128,17 @@ def matmul(fmt, x, w):  # x (..., K) -> (..., N): x @ W.T with W as `fmt` stores
     if fmt == "bfloat16" or fmt == "head":  # (the LM head of int4, kept in bfloat16)
         return F.linear(x.to(torch.bfloat16), w)
     x2 = x.to(torch.bfloat16).reshape(-1, x.size(-1))  # the quantized kernels take (M, K)
+    K = w[0].size(1) if fmt == "int8" else w[1].size(0) * Q4_1_BLOCK  # the stored (padded) inner size
+    if K != x2.size(1) or x.dtype == torch.bfloat16:  # (float activations cast above are a fresh, aligned copy)
+        x2 = fit(x2, K)  # subtle: checked here, not in fit, so that a model needing no padding pays no call
     if fmt == "int8":
-        q, scales = w
-        y = torch.ops.aten._weight_int8pack_mm(fit(x2, q.size(1)), q, scales)  # (M, N)
+        y = torch.ops.aten._weight_int8pack_mm(x2, *w)  # (M, N)
     else:  # int4
         packed, scales_zeros, N = w
-        y = torch.ops.aten._weight_int4pack_mm_for_cpu(fit(x2, scales_zeros.size(0) * Q4_1_BLOCK), packed,
-                                                        Q4_1_BLOCK, scales_zeros)[:, :N]  # (M, N): padded rows cut
-    return y.reshape(*x.shape[:-1], y.size(-1))
+        y = torch.ops.aten._weight_int4pack_mm_for_cpu(x2, packed, Q4_1_BLOCK, scales_zeros)  # (M, N')
+        if y.size(1) != N:
+            y = y[:, :N].contiguous()  # the padded rows' outputs cut
+    return y.view(*x.shape[:-1], y.size(-1))
 
 
 def weight_bytes(w):  # bytes a matrix product reads: the tensors it holds

@@ -18,7 +18,7 @@ from tests.test_llama import V, random_llama
 from tests.test_llama_exact import INSTALLED
 
 
-def q4_llama(seed=0, block_size=24, n_layer=2):  # a Llama whose rows are multiples of 32 weights: int4 runs it
+def q4_llama(seed=0, block_size=24, n_layer=2):  # a Llama whose rows are whole Q4_1 blocks (no padding)
     return random_llama(seed, block_size=block_size, n_layer=n_layer, n_embd=64, n_hidden=64)
 
 
