@@ -175,6 +175,43 @@ def kernel_table(target, widths=(1, *WIDTHS), repeats=5):
 
 
 @torch.no_grad()
+def step_ops(target, prompt, fmt="int4", steps=20, top=12):
+    """Where one cached step of a format goes, by torch operation: torch's profiler over `steps` one-token steps after
+    the prompt, each operation's own time (self CPU) and calls per step, the `top` dearest, then the rest summed, beside
+    the step's wall time unprofiled (the profiler adds its own cost to every call). -> dict, printed."""
+    from torch.profiler import ProfilerActivity, profile
+    fast, P = FastLlama(target, fmt), prompt.size(1)
+    fast.reset_cache()
+    fast(prompt, use_cache=True)
+    token = prompt[:, -1:]
+
+    def run():
+        for _ in range(steps):
+            fast(token, use_cache=True)
+            fast.crop(P)
+    run()  # warm up
+    tic = time.perf_counter()
+    run()
+    wall = (time.perf_counter() - tic) / steps
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        run()
+    ops = sorted(((e.key, e.self_cpu_time_total / 1e3 / steps, e.count / steps) for e in prof.key_averages()),
+                 key=lambda r: -r[1])
+    rest = ops[top:]
+    out = dict(format=fmt, wall_ms=1e3 * wall, profiled_ms=sum(r[1] for r in ops), ops=[
+        dict(op=name, ms=ms, calls=calls) for name, ms, calls in ops[:top]],
+        rest_ms=sum(r[1] for r in rest), rest_calls=sum(r[2] for r in rest), rest_ops=len(rest))
+    print(f"\none {fmt} step by torch operation: {out['wall_ms']:.1f} ms a step unprofiled, {out['profiled_ms']:.1f} ms "
+          f"of operations' own time profiled ({steps} steps after a {P}-token prompt)")
+    print("| operation | ms a step | calls a step |")
+    print("|---|---|---|")
+    for r in out["ops"]:
+        print(f"| {r['op']} | {r['ms']:.2f} | {r['calls']:.0f} |")
+    print(f"| the other {out['rest_ops']} operations | {out['rest_ms']:.2f} | {out['rest_calls']:.0f} |")
+    return out
+
+
+@torch.no_grad()
 def drift(fast, prompt, new_tokens=48, width=5):
     """How far a (width)-token verification forward's p is from the one-token step's at the same positions, in a
     format: the prompt, then `new_tokens` greedy tokens fed one at a time (plain decoding) and again `width` at a

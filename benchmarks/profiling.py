@@ -35,9 +35,10 @@ def profile(args, target, draft, prompts):
     prompt, threads = prompts[0], torch.get_num_threads()
     llama = getattr(target, "model", target)  # engine/llama.py's FastLlama wraps the Llama it runs
     if hasattr(llama, "rope"):  # a Llama (a GGUF target): every weight format, beside the roof
-        from benchmarks.formats import drift_table, format_table, kernel_table, vocab_table
+        from benchmarks.formats import drift_table, format_table, kernel_table, step_ops, vocab_table
         formats, bandwidth = format_table(llama, prompt)
         kernels = kernel_table(llama)
+        ops = step_ops(llama, prompt)
         drift = drift_table(llama, prompts[:4])
         vocabs, step_ms = vocab_table(llama, prompt, answers=shipped_answers(llama))
         if args.json:  # beside the sweep's rows: notebook 08 and the README read the formats from here
@@ -47,7 +48,7 @@ def profile(args, target, draft, prompts):
             with open(os.path.splitext(args.json)[0] + "_formats.json", "w") as fh:
                 json.dump(dict(target=llama.about, machine=machine(), threads=torch.get_num_threads(),
                                prompt_tokens=prompt.size(1), bandwidth_gb_s=bandwidth / 1e9, formats=formats,
-                               kernels=kernels,
+                               kernels=kernels, step_ops=ops,
                                drift=drift, vocabs=vocabs, vocab_step_ms=step_ms), fh, indent=1)
 
     def forward_ms(model, n, repeats=50):  # median ms of a forward of n tokens after the prompt

@@ -229,6 +229,18 @@ def test_the_kernel_table_times_every_route_and_checks_its_rows_against_one_row_
     assert not next(r for r in formats.kernel_table(q4_llama(0), repeats=1) if "_int_mm" in r["route"])["rows_equal"]
 
 
+def test_the_step_by_operation_finds_the_int4_kernel_four_times_a_layer(capsys):
+    """bench.py --profile's breakdown of a step: the int4 products are one operation among the dearest, called once per
+    block matrix (4 a layer); the rows and the rest add up to the profiled total."""
+    from benchmarks.formats import step_ops
+    target = q4_llama(0)
+    out = step_ops(target, torch.tensor([[3, 1, 4, 1, 5]]), steps=3, top=40)
+    kernel = next(r for r in out["ops"] if r["op"] == "aten::_weight_int4pack_mm_for_cpu")
+    assert kernel["calls"] == 4 * target.config.n_layer and kernel["ms"] > 0 and out["wall_ms"] > 0
+    assert sum(r["ms"] for r in out["ops"]) + out["rest_ms"] == pytest.approx(out["profiled_ms"])
+    assert "| operation | ms a step | calls a step |" in capsys.readouterr().out
+
+
 def test_a_heads_lm_head_rows_run_in_int8_beside_a_quantized_target():
     """with_decoder runs a head's reduced LM-head rows and its blocks in int8 beside int8 or int4 (as engines quantize
     a draft with its target), in float32 beside float32; the logits move by a rounding's reach, and rows_in refuses
