@@ -15,7 +15,7 @@ import time
 
 import torch
 
-from engine.llama import FORMATS, FastLlama
+from engine.llama import FORMATS, FastLlama, int8_rows
 
 WIDTHS = (2, 3, 5, 9, 17)  # forwards of n tokens: a round of K = n - 1 drafts
 READ = 256  # a prompt's tokens, for the time of its read
@@ -93,9 +93,9 @@ def format_table(target, prompt, repeats=7, formats=FORMATS):
     return rows, bandwidth
 
 
-def int8_both(w):  # (N, K) float -> (int8 (K, N), scales (N,)): the weights of the w8a8 route, one scale per row
-    scale = w.abs().amax(1).clamp(min=1e-12) / 127.0
-    return torch.round(w / scale[:, None]).to(torch.int8).t().contiguous(), scale
+def int8_both(w):  # (N, K) float -> (int8 (K, N), scales (N,)): the weights of the w8a8 route, int8_rows' rounding
+    q, scale = int8_rows(w)
+    return q[:, :w.size(1)].t().contiguous(), scale.float()  # _int_mm takes (K, N), unpadded
 
 
 def w8a8(x, w):  # x (M, K) float, int8_both's w -> (M, N): activations quantized per row, integers summed (_int_mm)

@@ -60,9 +60,8 @@ Q4_1_BLOCK = 32  # weights per Q4_1 block
 # Every matrix is therefore stored with K (and for int4 N) padded with zeros up to those multiples, and the
 # activations get as many zero columns before the product: a zero adds nothing to a sum, so the product is the
 # same; the padded outputs are cut. SmolLM2's sizes (576, 1536, 2 x 1536) need none of it.
-INT8_K = 16           # _weight_int8pack_mm: the inner size's multiple (AVX-512's step; AVX2's, 8, divides it)
-INT4_K = Q4_1_BLOCK   # _weight_int4pack_mm_for_cpu: the inner size's multiple (its group size)
-INT4_N = 16           # _weight_int4pack_mm_for_cpu: the output size's multiple
+INT8_K = 16  # _weight_int8pack_mm: the inner size's multiple (AVX-512's step; AVX2's, 8, divides it)
+INT4_N = 16  # _weight_int4pack_mm_for_cpu: the output size's multiple (its inner size's is its group, Q4_1_BLOCK)
 
 
 def padded(n, multiple):  # the least multiple of `multiple` that holds n: padded(24, 16) = 32, padded(32, 16) = 32
@@ -95,7 +94,7 @@ def q4_1_from_bytes(raw, N, K):  # GGUF's Q4_1 bytes (N, K/32 * 20) -> q (N, K) 
 
 def q4_1_quantized(w):  # (N, K) float32 -> its Q4_1 bytes (N, padded(K, 32) / 32 * 20), as llama-quantize computes them
     """A row whose K is not a multiple of 32 (no GGUF file holds one) is padded with zero weights first, to whole
-    blocks: the int4 kernel's K (INT4_K), and activations padded alike (matmul) multiply them by zero."""
+    blocks: the int4 kernel's groups, and activations padded alike (matmul) multiply them by zero."""
     import gguf
     w = F.pad(w.detach().float(), (0, padded(w.size(1), Q4_1_BLOCK) - w.size(1)))
     return gguf.quants.quantize(w.contiguous().numpy(), gguf.GGMLQuantizationType.Q4_1)

@@ -12,7 +12,6 @@ import sys
 
 import torch
 
-import engine.llama
 from engine.llama import FastLlama, int8_rows, matmul
 from tests.test_fast_llama import dequantized_twin
 from tests.test_llama import random_llama
@@ -49,7 +48,6 @@ def errors(n_embd, n_hidden):  # -> {"fmt T=rows": max |logit error| / max |logi
         w, x = torch.randn(7, K), torch.randn(5, K)
         out[f"int8 rows K={K}"] = ((matmul("int8", x, int8_rows(w)).float() - x @ w.T).abs().max() /
                                    (x @ w.T).abs().max()).item()
-    out["padding"] = {"INT8_K": engine.llama.INT8_K, "INT4_K": engine.llama.INT4_K, "INT4_N": engine.llama.INT4_N}
     return out
 
 

@@ -111,10 +111,9 @@ def test_every_readme_section_the_code_points_to_exists():
     """An error that says "see README, 'SECTION'" sends the reader to a heading the README has."""
     headings = set(re.findall(r"^#+ (.+)$", read("README.md"), re.M))
     pointers = []
-    for folder, _, files in os.walk(ROOT):
-        parts = os.path.relpath(folder, ROOT).split(os.sep)
-        if folder != ROOT and any(part.startswith(".") or part == "tests" for part in parts):
-            continue  # .venv, .git; tests/ (this test names the pattern itself)
+    for folder, subfolders, files in os.walk(ROOT):
+        # not into .venv or .git, nor tests/ (this test names the pattern itself)
+        subfolders[:] = [d for d in subfolders if not d.startswith(".") and d != "tests"]
         for name in files:
             if name.endswith(".py"):
                 text = read(os.path.relpath(os.path.join(folder, name), ROOT))
