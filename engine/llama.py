@@ -23,6 +23,9 @@ The formats (FORMATS), each another target, named on every printed line (FastLla
             w = (q - 8) scale + zero: scale = d, zero = m + 8 d, both rounded to bfloat16 (the kernel's dtype);
             the Q8_0 LM head in bfloat16. A model not read from a Q4_1 file is quantized to Q4_1 here, as
             llama.cpp's llama-quantize does (gguf.quants), and its `about` says so.
+  q4_1      the same Q4_1 blocks and the file's Q8_0 LM head exactly as stored, times float32 activations, by a
+            kernel of our own (engine/blocks.cpp, built on first use, AVX2): every row of a wide forward is the
+            one-token step's by construction, and a wider forward adds only each row's multiply-adds.
 A model of any width runs in every format: the matrices are padded with zeros to the shapes torch's kernels take
 (below, "the kernels' shape rules"; tests/test_kernel_shapes.py), which changes no product.
 In bfloat16 and below, a row of a (K+1)-token forward need not equal the one-token step bit for bit: see
@@ -41,9 +44,10 @@ import torch
 import torch.nn as nn
 from torch.nn import functional as F
 
+from engine.blocks import attend_rows, blocks_mm, q4_1_parts, q8_0_parts, unavailable
 from model import GPT, ChainCache, Features
 
-FORMATS = ("float32", "bfloat16", "int8", "int4")
+FORMATS = ("float32", "bfloat16", "int8", "int4", "q4_1")
 Q4_1_BLOCK = 32  # weights per Q4_1 block
 
 
@@ -124,6 +128,8 @@ def int4_packed(q, d, m):  # Q4_1's (q, d, m) -> (packed weights, scales and zer
 def matmul(fmt, x, w):  # x (..., K) -> (..., N): x @ W.T with W as `fmt` stores it
     if fmt == "float32":
         return F.linear(x, w)
+    if fmt == "q4_1":
+        return blocks_matmul(x, w)
     if fmt == "bfloat16" or fmt == "head":  # (the LM head of int4, kept in bfloat16)
         return F.linear(x.to(torch.bfloat16), w)
     x2 = x.to(torch.bfloat16).reshape(-1, x.size(-1))  # the quantized kernels take (M, K)
@@ -137,6 +143,15 @@ def matmul(fmt, x, w):  # x (..., K) -> (..., N): x @ W.T with W as `fmt` stores
         y = torch.ops.aten._weight_int4pack_mm_for_cpu(x2, packed, Q4_1_BLOCK, scales_zeros)  # (M, N')
         if y.size(1) != N:
             y = y[:, :N].contiguous()  # the padded rows' outputs cut
+    return y.view(*x.shape[:-1], y.size(-1))
+
+
+def blocks_matmul(x, parts):  # x (..., K) float -> (..., N) float32: engine/blocks.cpp's kernel, the q4_1 format
+    x2 = x.float().reshape(-1, x.size(-1))
+    K = parts[0].size(1) * (2 if parts[2].numel() else 1)  # the stored (padded) inner size: Q4_1 packs 2 a byte
+    if K != x2.size(1):
+        x2 = F.pad(x2, (0, K - x2.size(1)))
+    y = blocks_mm(x2, parts)  # (M, N)
     return y.view(*x.shape[:-1], y.size(-1))
 
 
@@ -158,6 +173,8 @@ class FastLlama(nn.Module):
         if not (hasattr(model, "rope") and hasattr(model.transformer, "h")):
             raise ValueError(f"FastLlama runs pretrained/llama.py's Llama, not a {type(model).__name__} "
                              "(engine/fast.py's FastGPT runs model.GPT)")
+        if fmt == "q4_1" and unavailable():
+            raise ValueError(f"the q4_1 format: {unavailable()}")
         self.model, self.config, self.format = model, model.config, fmt
         c = model.config
         self.hs = c.n_embd // c.n_head
@@ -170,7 +187,7 @@ class FastLlama(nn.Module):
         self.layers, self.head, quantized = made[fmt]
         self.wte = model.transformer.wte.weight.detach()  # (V, C) float32: a row per token, read, not multiplied
         self.ln_f = model.transformer.ln_f.weight.detach()
-        self.head_format = "head" if fmt == "int4" else fmt  # int4: the file's Q8_0 LM head, in bfloat16
+        self.head_format = "head" if fmt == "int4" else fmt  # int4: the file's Q8_0 LM head, in bfloat16; q4_1: as stored
         self.cos, self.sin = rope_tables(model.rope)  # (W, hs) each
         self.cache = None
         self.features = None  # Features of the last cached forward (set on the wrapped model too)
@@ -187,7 +204,10 @@ class FastLlama(nn.Module):
             f"{about}, then cast to bfloat16" if fmt == "bfloat16" else
             f"{about}, then quantized to int8 per row" if fmt == "int8" else
             f"{about.replace(' dequantized from Q4_1 to float32', '')} as its Q4_1 blocks (int4 kernel, bfloat16 "
-            "scales and activations)" if not quantized else f"{about}, then quantized to Q4_1 here (int4 kernel)")
+            "scales and activations)" if fmt == "int4" and not quantized else
+            f"{about}, then quantized to Q4_1 here (int4 kernel)" if fmt == "int4" else
+            f"{about.replace(' dequantized from Q4_1 to float32', '')} as its Q4_1 blocks and Q8_0 head (our kernel, "
+            "float32 activations)" if not quantized else f"{about}, then quantized to Q4_1 and Q8_0 here (our kernel)")
         self.name = getattr(model, "name", None)  # drafts trained for the model find their weights by it
         self.reset_cache()
 
@@ -264,6 +284,8 @@ def run_layers(c, x, layers, fmt, cache, pos, mask, cos, sin, rows=False, keep=(
     B, T, _ = x.size()
     cos, sin = cos[pos], sin[pos]  # (T, hs) each
     nh, nkv, hs, eps = c.n_head, c.n_kv_head, c.n_embd // c.n_head, c.norm_eps
+    # q4_1 attends with its own kernel wherever a step or a chain's rows do (the same function for both: rows equal)
+    own = fmt == "q4_1" and B == 1 and isinstance(pos, slice) and (T == 1 or rows)
     kept = []
     for i, (ln1, qkv_w, proj_w, ln2, fc_w, down_w) in enumerate(layers):
         qkv = matmul(fmt, F.rms_norm(x, (c.n_embd,), ln1, eps), qkv_w).to(x.dtype)  # q, k, v in the stream's dtype
@@ -271,8 +293,11 @@ def run_layers(c, x, layers, fmt, cache, pos, mask, cos, sin, rows=False, keep=(
         qk = qkv[:, :nh + nkv]  # (B, nh + nkv, T, hs): queries and keys turn by their positions; values do not
         qk = qk * cos + qk.unflatten(-1, (-1, 2)).flip(-1).flatten(-2) * sin  # RoPE on adjacent pairs
         k, v = cache.write(i, qk[:, nh:], qkv[:, nh + nkv:])  # (B, nkv, S, hs) each: cached and new
-        y = attention(qk[:, :nh], k, v, mask, rows)  # (B, nh, T, hs)
-        x = x + matmul(fmt, y.transpose(1, 2).reshape(B, T, c.n_embd), proj_w)
+        if own:  # engine/blocks.cpp: each new token alone over its keys, (T, nh, hs) -> (1, T, C)
+            y = attend_rows(qk[0, :nh].transpose(0, 1), k[0], v[0]).view(B, T, c.n_embd)
+        else:
+            y = attention(qk[:, :nh], k, v, mask, rows).transpose(1, 2).reshape(B, T, c.n_embd)  # (B, nh, T, hs) in
+        x = x + matmul(fmt, y, proj_w)
         gate, up = matmul(fmt, F.rms_norm(x, (c.n_embd,), ln2, eps), fc_w).chunk(2, dim=-1)
         x = x + matmul(fmt, F.silu(gate) * up, down_w)  # SwiGLU
         if i in keep:
@@ -287,10 +312,13 @@ def gguf_tensors(path):  # -> {GGUF name: the reader's tensor (type, bytes memor
 
 
 def prepared(model, fmt):  # -> (per layer (ln_1, qkv, proj, ln_2, fc, down), LM head, quantized here?) in format fmt
-    blocks = q4_1_blocks(model) if fmt == "int4" else None  # {state_dict name: Q4_1 bytes}
-    quantized = fmt == "int4" and blocks.pop("quantized here")
+    blocks = q4_1_blocks(model) if fmt in ("int4", "q4_1") else None  # {state_dict name: Q4_1 bytes}
+    quantized = bool(blocks) and blocks.pop("quantized here")
     of_block = lambda i: {name: blocks[f"transformer.h.{i}.{name}"] for name in MATRICES} if blocks else None
     layers = [block_weights(block, fmt, of_block(i)) for i, block in enumerate(model.transformer.h)]
+    if fmt == "q4_1":  # the file's Q8_0 head as stored (or quantized to Q8_0 here, as the blocks are)
+        w = model.lm_head.weight
+        return layers, q8_0_parts(q8_0_head(model), w.size(0), padded(w.size(1), Q4_1_BLOCK)), quantized
     head = format_weight(model.lm_head.weight.detach(), "bfloat16" if fmt == "int4" else fmt)  # int4: the Q8_0 head
     return layers, head, quantized
 
@@ -304,12 +332,14 @@ MATRICES = ("attn.c_attn.weight", "attn.c_proj.weight", "mlp.c_fc.weight", "mlp.
 
 def block_weights(block, fmt, q4_1=None):  # a pretrained/llama.py Block -> run_layers' tuple for it
     """(ln_1, qkv, proj, ln_2, fc, down): the norms' weights as they are, the matrices in fmt (format_weight); for
-    int4, q4_1 holds each matrix's Q4_1 bytes by its name in MATRICES (prepared: the file's own blocks)."""
+    int4 and q4_1, q4_1 holds each matrix's Q4_1 bytes by its name in MATRICES (prepared: the file's own blocks)."""
     def matrix(name):
         w = block.get_parameter(name).detach()
-        if fmt != "int4":
+        if fmt not in ("int4", "q4_1"):
             return format_weight(w, fmt)
-        return int4_packed(*q4_1_from_bytes(q4_1[name], w.size(0), padded(w.size(1), Q4_1_BLOCK)))
+        K = padded(w.size(1), Q4_1_BLOCK)
+        return q4_1_parts(q4_1[name], w.size(0), K) if fmt == "q4_1" else int4_packed(*q4_1_from_bytes(q4_1[name],
+                                                                                                   w.size(0), K))
     qkv, proj, fc, down = map(matrix, MATRICES)
     return block.ln_1.weight.detach(), qkv, proj, block.ln_2.weight.detach(), fc, down
 
@@ -352,3 +382,14 @@ def q4_1_blocks(model):  # -> {state_dict name: Q4_1 bytes (N, K/32 * 20)}, and 
             "quantized here": False}
     state = model.state_dict()
     return {ours: q4_1_quantized(state[ours]) for ours in names} | {"quantized here": True}
+
+
+def q8_0_head(model):  # -> the LM head's Q8_0 bytes (V, padded(C, 32) / 32 * 34): the file's own, or quantized here
+    import gguf
+    tensors = gguf_tensors(model.gguf_path) if getattr(model, "gguf_path", None) else {}
+    name = "output.weight" if "output.weight" in tensors else "token_embd.weight"  # a tied head is the embedding
+    if name in tensors and tensors[name].tensor_type == gguf.GGMLQuantizationType.Q8_0:
+        return tensors[name].data
+    w = model.lm_head.weight.detach().float()
+    w = F.pad(w, (0, padded(w.size(1), Q4_1_BLOCK) - w.size(1)))
+    return gguf.quants.quantize(w.contiguous().numpy(), gguf.GGMLQuantizationType.Q8_0)

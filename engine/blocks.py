@@ -1,0 +1,92 @@
+"""
+The GGUF file's blocks multiplied as they are stored, by a kernel of our own (engine/blocks.cpp): engine/llama.py's
+"q4_1" format, whose rows of a (K+1)-token forward are the one-token step's bit for bit by construction.
+
+    parts = q4_1_parts(raw, N, K)       # the file's Q4_1 bytes (N, K/32 * 20) -> (q bytes, d, m), as the kernel reads
+    y = blocks_mm(x, parts)             # x (M, K) float32 -> (M, N) float32: x @ W.T, W = d q + m exactly
+
+Why: torch's weight-only kernels round scales and activations to bfloat16 and unpack a tile of weights for every 4
+rows of activations, so a verification of K+1 tokens costs about (K+1)/4 steps. The LM head, kept in bfloat16 beside
+them, costs one more read of its 57 MB for every row. Here each block is unpacked once per call, then multiplied by
+every row in float32: the file's Q8_0 head (half the bytes) grows by each row's multiply-adds only.
+
+The kernel is compiled on first use (torch.utils.cpp_extension, about 40 s; then cached by torch under
+~/.cache/torch_extensions) for CPUs with AVX2 and FMA. unavailable() says in one line why it cannot run where it
+cannot (another instruction set, no C++ compiler): the q4_1 format then refuses and the int4 format still runs.
+
+What it leaves out: other block types (Q4_0, K-quants), other instruction sets, 8-bit activations (llama.cpp's).
+"""
+
+import functools
+import os
+
+import numpy as np
+import torch
+from torch.nn import functional as F
+
+BLOCK = 32  # weights per block, Q4_1 and Q8_0 alike
+
+
+@functools.lru_cache(maxsize=1)
+def _built():  # -> (the compiled module, None) or (None, why not): built once a process
+    if torch.backends.cpu.get_cpu_capability() not in ("AVX2", "AVX512"):
+        return None, (f"engine/blocks.cpp needs a CPU with AVX2 and FMA (x86-64, 2013 on); this one offers "
+                      f"{torch.backends.cpu.get_cpu_capability()}: use --decoder fast-int4")
+    try:
+        from torch.utils.cpp_extension import load
+        source = os.path.join(os.path.dirname(os.path.abspath(__file__)), "blocks.cpp")
+        return load(name="speculative_blocks", sources=[source], extra_cflags=["-O3", "-mavx2", "-mfma"],
+                    verbose=False), None
+    except Exception as e:  # no compiler, no ninja, a failed build: one line, the rest of the project runs
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        return None, (f"could not build engine/blocks.cpp ({first[:160]}): it needs a C++ compiler (g++) and ninja; "
+                      "use --decoder fast-int4")
+
+
+def unavailable():  # -> None where the kernel runs, else why not, in one line
+    return _built()[1]
+
+
+def kernel():
+    module, why = _built()
+    if module is None:
+        raise RuntimeError(why)
+    return module
+
+
+def q4_1_parts(raw, N, K):  # the file's Q4_1 bytes (N, K/32 * 20) -> (q bytes (N, K/2), d (N, K/32), m (N, B8))
+    """A block is 20 bytes: d and m (float16), then 16 bytes of q, low nibbles first (engine/llama.py q4_1_from_bytes).
+    The kernel reads q's bytes as stored, d and m in float32 (float16 to float32 is exact), m padded with zeros to a
+    multiple of 8 blocks (B8: it is summed 8 blocks at a time)."""
+    blocks = np.ascontiguousarray(raw).reshape(N, K // BLOCK, 20)
+    d = torch.from_numpy(blocks[..., 0:2].copy().view(np.float16)[..., 0].astype(np.float32))
+    m = torch.from_numpy(blocks[..., 2:4].copy().view(np.float16)[..., 0].astype(np.float32))
+    q = torch.from_numpy(blocks[..., 4:].reshape(N, K // 2).copy())
+    B = K // BLOCK
+    return q, d.contiguous(), F.pad(m, (0, -(-B // 8) * 8 - B)).contiguous()
+
+
+def q8_0_parts(raw, N, K):  # the file's Q8_0 bytes (N, K/32 * 34) -> (q bytes (N, K), d (N, K/32), no m)
+    """A block is 34 bytes: d (float16), then 32 int8 q: w = d q (ggml's dequantize_row_q8_0)."""
+    blocks = np.ascontiguousarray(raw).reshape(N, K // BLOCK, 34)
+    d = torch.from_numpy(blocks[..., 0:2].copy().view(np.float16)[..., 0].astype(np.float32))
+    return torch.from_numpy(blocks[..., 2:].reshape(N, K).copy()), d.contiguous(), torch.empty(0)
+
+
+def dequantized(parts):  # (q, d, m) -> the float32 weights (N, K) they stand for: the kernel's reference
+    q, d, m = parts
+    N, B = d.shape
+    if m.numel():  # Q4_1: low nibbles are weights 0..15 of a block, high nibbles 16..31
+        q = q.view(N, B, 16)
+        q = torch.cat([q & 0x0F, q >> 4], -1).float() * d[..., None] + m[:, :B, None]
+    else:  # Q8_0
+        q = q.view(torch.int8).view(N, B, BLOCK).float() * d[..., None]
+    return q.view(N, B * BLOCK)
+
+
+def blocks_mm(x, parts):  # x (M, K) float32 -> (M, N) float32: x @ W.T, W the blocks in parts, each row on its own
+    return kernel().blocks_mm(x.contiguous(), *parts)
+
+
+def attend_rows(q, k, v):  # (T, nh, hs), (nkv, S, hs) x2 -> (T, nh, hs): the T newest tokens, each alone over its keys
+    return kernel().attend_rows(q.contiguous(), k, v, q.size(-1) ** -0.5)
