@@ -53,7 +53,7 @@ from drafts.cross_vocab import CrossVocabDraft, shared_mass
 from drafts import heads
 from drafts.heads import ReadsTarget
 from engine.cpu import add_threads_argument, use_threads
-from engine.fast import DECODERS, default_decoder, refusal, with_decoder
+from engine.fast import DECODERS, QUANTIZED, default_decoder, refusal, with_decoder
 from engine.hf import GPT2_NAMES  # pretrained GPT-2 through transformers (optional; imported only when used)
 import pretrained
 from model import GPT, SHIPPED, load_checkpoint
@@ -724,7 +724,7 @@ def sample_batch(args, target, draft, tok, prompt, stop, header, visible):
               + (", float32 weights dequantized from the file" if is_gguf(args.target) else "")
               + f"), not the {args.decoder} decoder one sample runs"
               + (": the weight-only formats decode one sequence at a time, so for speed on a CPU drop --batch"
-                 if args.decoder in ("fast-int8", "fast-int4") else ""))
+                 if args.decoder in QUANTIZED else ""))
     prompts, stats, tic = [prompt] * args.batch, BatchStats(), time.perf_counter()
     new = [[] for _ in prompts]  # each row's new tokens so far
     stream = lambda b, ids: new[b].extend(ids)

@@ -115,6 +115,9 @@ def kernel_routes(target):  # -> ({route: (every block matrix in it, product(x, 
               "bfloat16 (F.linear)": ([w.to(torch.bfloat16) for w in floats],
                                       lambda x, w: F.linear(x.to(torch.bfloat16), w)),
               "float32 (F.linear)": (floats, F.linear)}
+    from engine.blocks import unavailable
+    name = "q4_1 (engine/blocks.cpp)"  # the file's Q4_1 blocks as stored, float32 activations: our kernel
+    routes[name] = unavailable() or (of("q4_1"), lambda x, w: matmul("q4_1", x, w))
     name = "bfloat16 prepacked (mkldnn._linear_pointwise)"
     try:  # oneDNN's prepacked bfloat16 weights: CPUs with AVX-512 (BW, VL, DQ) or AVX-NE-CONVERT
         packed = [torch.ops.mkldnn._reorder_linear_weight(w.to(torch.bfloat16), None) for w in floats]

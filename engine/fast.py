@@ -111,20 +111,23 @@ class FastGPT(nn.Module):
         return F.linear(F.layer_norm(x, (C,), *self.ln_f), self.wte).float(), None  # tied output embedding
 
 
-DECODERS = ["eager", "fast", "fast-bf16", "fast-int8", "fast-int4"]  # how sample.py and bench.py run the models
-FORMAT_OF = {"fast": "float32", "fast-bf16": "bfloat16", "fast-int8": "int8", "fast-int4": "int4"}  # engine/llama.py
+DECODERS = ["eager", "fast", "fast-bf16", "fast-int8", "fast-int4", "fast-q4_1"]  # how sample.py and bench.py run them
+FORMAT_OF = {"fast": "float32", "fast-bf16": "bfloat16", "fast-int8": "int8", "fast-int4": "int4",
+             "fast-q4_1": "q4_1"}  # engine/llama.py's formats
+QUANTIZED = ("fast-int8", "fast-int4", "fast-q4_1")  # the decoders of a GGUF target's quantized weights, on a CPU
 
 
 def with_decoder(name, target, draft=None):
     """-> (target, draft) as both samplers will run them. eager: model.py (or pretrained/llama.py) itself; for a
     model.GPT, fast: FastGPT, fast-bf16: FastGPT with a bfloat16 target; for a Llama (a GGUF target), each fast
     decoder is engine/llama.py's FastLlama in a format: fast float32, fast-bf16 bfloat16, fast-int8 int8 weights,
-    fast-int4 the file's Q4_1 blocks; beside those two, a head runs its LM-head rows (a reduced vocabulary's) and its
+    fast-int4 the file's Q4_1 blocks through torch's 4-bit kernel, fast-q4_1 the same blocks and the file's Q8_0 head
+    as stored, through engine/blocks.cpp; beside those three, a head runs its LM-head rows (a reduced vocabulary's) and its
     own blocks in int8 (drafts/heads.py rows_in). Plain sampling runs the same target, so a comparison stays honest."""
     if name not in DECODERS:
         raise ValueError(f"unknown decoder {name!r}: choose from {DECODERS}")
     if hasattr(draft, "rows_in"):  # a head (drafts/heads.py): int8 beside a quantized target, as engines run drafts
-        draft.rows_in("int8" if name in ("fast-int8", "fast-int4") else "float32", blocks=True)
+        draft.rows_in("int8" if name in QUANTIZED else "float32", blocks=True)
     if name == "eager":
         return target, draft
     wrap = lambda m, dtype=torch.float32: FastGPT(m, dtype) if isinstance(m, GPT) and not getattr(
@@ -139,9 +142,10 @@ def with_decoder(name, target, draft=None):
 
 
 def refusal(name, target):  # -> why decoder `name` cannot run `target`, in one line, or None
-    """fast-int8 and fast-int4 run a Llama (a GGUF target) through torch's weight-only CPU kernels: with_decoder
-    raises it, sample.py and bench.py say it before anything else loads."""
-    if name not in ("fast-int8", "fast-int4"):
+    """fast-int8 and fast-int4 run a Llama (a GGUF target) through torch's weight-only CPU kernels, fast-q4_1 through
+    engine/blocks.cpp (built on first use, AVX2): with_decoder raises it, sample.py and bench.py say it before anything
+    else loads."""
+    if name not in QUANTIZED:
         return None
     if isinstance(target, GPT):
         return (f"--decoder {name} runs a Llama read from a GGUF file (--target smollm2) on a CPU (torch's weight-only "
@@ -150,6 +154,9 @@ def refusal(name, target):  # -> why decoder `name` cannot run `target`, in one 
     if device.type != "cpu":
         return (f"--decoder {name} runs a Llama read from a GGUF file on a CPU (torch's weight-only kernels); on "
                 f"{device} use fast or fast-bf16")
+    if name == "fast-q4_1":
+        from engine.blocks import unavailable
+        return unavailable() and f"--decoder fast-q4_1: {unavailable()}"
     return None
 
 

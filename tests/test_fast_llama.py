@@ -232,8 +232,8 @@ def test_the_kernel_table_times_every_route_and_checks_its_rows_against_one_row_
     rows = formats.kernel_table(q4_llama(0), repeats=1)
     out = capsys.readouterr().out
     timed = {r["route"]: r for r in rows if "unavailable" not in r}
-    assert len(rows) == 6 and all(r["step_ms"] > 0 and set(r["v"]) == {2, 3, 5, 9, 17} for r in timed.values())
-    assert all(timed[r]["rows_equal"] for r in timed if r.startswith(("int4", "int8")))
+    assert len(rows) == 7 and all(r["step_ms"] > 0 and set(r["v"]) == {2, 3, 5, 9, 17} for r in timed.values())
+    assert all(timed[r]["rows_equal"] for r in timed if r.startswith(("int4", "int8", "q4_1")))
     assert "| route | one row | v(2) | v(3) | v(5) | v(9) | v(17) | rows equal to one-row products |" in out
     monkeypatch.setattr(formats, "w8a8", lambda x, w: x @ w[0].float() + 1e-3 * x.mean())
     assert not next(r for r in formats.kernel_table(q4_llama(0), repeats=1) if "_int_mm" in r["route"])["rows_equal"]
