@@ -19,12 +19,14 @@ What it leaves out: other block types (Q4_0, K-quants), other instruction sets, 
 
 import functools
 import os
+import sys
 
 import numpy as np
 import torch
 from torch.nn import functional as F
 
 BLOCK = 32  # weights per block, Q4_1 and Q8_0 alike
+NAME = "speculative_blocks"  # the compiled module's name: torch rebuilds it when blocks.cpp changes
 
 
 @functools.lru_cache(maxsize=1)
@@ -35,12 +37,22 @@ def _built():  # -> (the compiled module, None) or (None, why not): built once a
     try:
         from torch.utils.cpp_extension import load
         source = os.path.join(os.path.dirname(os.path.abspath(__file__)), "blocks.cpp")
-        return load(name="speculative_blocks", sources=[source], extra_cflags=["-O3", "-mavx2", "-mfma"],
-                    verbose=False), None
+        if not _compiled():
+            print("engine/blocks.cpp: compiling the q4_1 kernels, once for this machine (about 40 s on 2 cores)",
+                  file=sys.stderr, flush=True)
+        return load(name=NAME, sources=[source], extra_cflags=["-O3", "-mavx2", "-mfma"], verbose=False), None
     except Exception as e:  # no compiler, no ninja, a failed build: one line, the rest of the project runs
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         return None, (f"could not build engine/blocks.cpp ({first[:160]}): it needs a C++ compiler (g++) and ninja; "
                       "use --decoder fast-int4")
+
+
+def _compiled():  # -> has torch's extension cache a build of the kernel (maybe of an older blocks.cpp)?
+    try:
+        from torch.utils.cpp_extension import _get_build_directory  # (torch's own, not public: only for the notice)
+        return os.path.exists(os.path.join(_get_build_directory(NAME, False), NAME + ".so"))
+    except Exception:
+        return False
 
 
 def unavailable():  # -> None where the kernel runs, else why not, in one line

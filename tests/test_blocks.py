@@ -43,7 +43,7 @@ def test_a_product_is_the_weights_product_and_each_row_the_one_row_calls(kind, N
     assert torch.equal(dequantized(parts), ggml)  # the bytes read as ggml reads them
     x = torch.randn(17, K, generator=torch.Generator().manual_seed(1))
     want = x.double() @ ggml.double().T
-    for M in (1, 2, 3, 5, 8, 9, 16, 17):  # widths below, at and past the 8 rows the kernel takes at a time
+    for M in (1, 2, 3, 5, 8, 9, 16, 17):  # widths below, at and past the 16 rows the kernel takes at a time
         y = blocks_mm(x[:M], parts)
         assert y.shape == (M, N) and y.dtype == torch.float32
         assert (y.double() - want[:M]).abs().max() <= 1e-5 * want.abs().max(), (kind, M)
