@@ -33,7 +33,8 @@ A GGUF target (--target smollm2, or a .gguf path: a pretrained chat model, dequa
 CHAT_PROMPTS instead of held-out text, requests in its chat template, and each sample ends with the model's turn
 (<|im_end|>), as in sample.py --prompt: tokens/s counts the answers' tokens. One request asks to copy a text with
 its mistakes corrected, where the lookup drafts (ngram, suffix) find what to propose. --decoder names its format
-(engine/llama.py; the default, a fixed rule: fast-int4 for a Q4_1 file on a CPU), which the lines of numbers name;
+(engine/llama.py; by default, for a Q4_1 file on a CPU, fast-q4_1 or fast-int4 as timed here: engine/fast.py's
+auto_format), which the lines of numbers name;
 --profile adds a table of the formats against the memory's roof and of how far each format's verification p is
 from its one-token step's; --hf times transformers' plain generate() on the same file beside our plain sampling
 (compare_with_hf). With --suite, a GGUF target answers benchmarks/chat_tasks.py's seven kinds of request instead
@@ -88,11 +89,12 @@ def get_args(argv=None):
     ap.add_argument("--settings", default=None,
                     help=f"comma-separated, from {list(SETTINGS)}; default all, t0,t1.0 with --suite")
     ap.add_argument("--decoder", default=None,
-                    help=f"comma-separated, from {list(DECODERS)}: how both samplers run the models (engine/fast.py, "
-                         "engine/llama.py); fast-bf16 runs the target in bfloat16, plain sampling included; fast-int8 "
-                         "and fast-int4 a GGUF target's int8 weights or its file's Q4_1 blocks. None: a fixed rule "
-                         "(engine/fast.py's default_decoder): fast-int4 for a Q4_1 GGUF file on a CPU, fast-bf16 for "
-                         "a GGUF target on a GPU, else fast; --target smollm2 --profile times every format here")
+                    help=f"comma-separated, from {list(DECODERS) + ['auto']}: how both samplers run the models "
+                         "(engine/fast.py, engine/llama.py); fast-bf16 runs the target in bfloat16, plain sampling "
+                         "included; fast-int8, fast-int4 and fast-q4_1 a GGUF target's int8 weights or its file's Q4_1 "
+                         "blocks (torch's 4-bit kernel; engine/blocks.cpp). auto (or None): for a Q4_1 GGUF file on a "
+                         "CPU, fast-q4_1 or fast-int4 by one-token step and v timed here (engine/fast.py's auto_format), "
+                         "fast-bf16 for a GGUF target on a GPU, else fast; --target smollm2 --profile times every format")
     ap.add_argument("--prompts", type=int, default=None,
                     help=f"prompts (per category with --suite), cut from the held-out text (a GGUF target: the first of "
                          f"CHAT_PROMPTS' {len(CHAT_PROMPTS)} requests, or of each category's five with --suite); "
@@ -165,8 +167,8 @@ def get_args(argv=None):
         ap.error(f"--k takes comma-separated ints >= 1 or auto, e.g. 1,2,4,auto: {e}")
     args.settings = args.settings.split(",")
     args.decoder = args.decoder.split(",") if args.decoder else [None]
-    if any(d not in DECODERS + [None] for d in args.decoder):
-        ap.error(f"--decoder: choose from {list(DECODERS)}")
+    if any(d not in DECODERS + ["auto", None] for d in args.decoder):
+        ap.error(f"--decoder: choose from {list(DECODERS) + ['auto']}")
     if any(s not in SETTINGS for s in args.settings):
         ap.error(f"--settings: choose from {list(SETTINGS)}")
     if (args.prompts is not None and args.prompts < 1) or args.repeats < 1 or args.max_new_tokens < 1:

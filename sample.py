@@ -29,9 +29,11 @@ A sample shows the request and the answer (--show prompt: the template too); at 
 The drafts that run on it: those built from the target or its text (ngram, suffix, layerskip, int8, int4), and the ones
 trained for SmolLM2 in checkpoints/smollm2/ (eagle3, small; --suffix_over eagle3 stacks the suffix draft over the
 head); a head with no weights for it (eagle, medusa) is refused before the model loads. engine/llama.py runs it as
-an engine does, in the format --decoder names (fast: float32, fast-bf16, fast-int8, fast-int4: the file's own Q4_1
-blocks; eager: pretrained/llama.py itself); without --decoder, a fixed rule that the benchmarks back (fast-int4 on a
-CPU, engine/fast.py's default_decoder). Every line of numbers names the format.
+an engine does, in the format --decoder names (fast: float32, fast-bf16, fast-int8, fast-int4 and fast-q4_1: the
+file's own Q4_1 blocks through torch's 4-bit kernel or through engine/blocks.cpp; eager: pretrained/llama.py itself);
+without --decoder (or with auto) a Q4_1 file on a CPU runs in whichever of fast-q4_1 and fast-int4 measures faster
+on this machine for the run (engine/fast.py's auto_format: timed once, then cached), and the run says which and why.
+Every line of numbers names the format.
 """
 
 import argparse
@@ -111,12 +113,14 @@ def get_args(argv=None):
                     help="draft tokens per round: an int, or auto (chosen before each round from measured acceptance "
                          "and costs, choose_k.py; the tokens then depend on timings, so --seed reproduces a run only "
                          "with an int --k)")
-    ap.add_argument("--decoder", choices=DECODERS, default=None,
+    ap.add_argument("--decoder", choices=DECODERS + ["auto"], default=None,
                     help="how both samplers run the models: fast (engine/fast.py, engine/llama.py: same logits, less "
                          "Python per step), eager (model.py), fast-bf16 (a bfloat16 target), and for a GGUF target "
-                         "fast-int8 (int8 weights) or fast-int4 (the file's Q4_1 blocks); None: a fixed rule (engine/fast.py's "
-                         "default_decoder): fast-int4 for a Q4_1 GGUF file on a CPU, fast-bf16 for a GGUF target on a "
-                         "GPU, else fast. It measured fastest on the CPUs in BENCHMARKS.md; time yours with python "
+                         "fast-int8 (int8 weights), fast-int4 (the file's Q4_1 blocks, torch's 4-bit kernel) or "
+                         "fast-q4_1 (the same blocks and the file's Q8_0 head as stored, engine/blocks.cpp). auto (or "
+                         "None): for a Q4_1 GGUF file on a CPU, fast-q4_1 or fast-int4, whichever gives more tokens/s "
+                         "for this run by one-token step and v timed on this machine (once, then cached: engine/fast.py's "
+                         "auto_format); fast-bf16 for a GGUF target on a GPU; else fast. The full table: python "
                          "bench.py --target smollm2 --profile")
     ap.add_argument("--verify", default="tokenwise",
                     help=f"how the drafts are verified, a name in speculative.ROUNDS: {verifier_names()}")
@@ -425,7 +429,7 @@ def main(argv=None):
     check_weights_before_load([args.draft], args.init_from or args.target)  # not after 10 s of loading
     loading = time.perf_counter()
     target, tmeta = load(args.init_from or args.target, args.device, "target")
-    args.decoder = decoder_for(args.decoder, target, args.device)
+    args.decoder = decoder_for(args.decoder, target, args.device, drafting=args.draft != "none")
     tok = Tokenizer(tmeta["tokenizer"])
     draft = None
     if args.draft in DRAFTS:  # a draft by name (ngram: prompt lookup, no model), on the target's tokenizer
@@ -552,10 +556,11 @@ def reading(n_prompt, totals, samples, load_seconds):  # -> the statistics' seco
             f"models loaded and prepared in {load_seconds:.1f} s")
 
 
-def decoder_for(decoder, target, device="cpu"):  # -> the --decoder the target runs in, or one line saying why not
-    """None: engine/fast.py's default_decoder. fast-int8 and fast-int4 run a Llama (a GGUF target) on a CPU."""
-    if decoder is None:
-        return default_decoder(target, device)
+def decoder_for(decoder, target, device="cpu", drafting=True):  # -> the --decoder to run in, or one line why not
+    """None or auto: engine/fast.py's default_decoder (for a Q4_1 file on a CPU it times the formats and prints what
+    it chose). fast-int8, fast-int4 and fast-q4_1 run a Llama (a GGUF target) on a CPU."""
+    if decoder in (None, "auto"):
+        return default_decoder(target, device, drafting, say=print)
     why = refusal(decoder, target)
     if why:
         raise SystemExit(why)

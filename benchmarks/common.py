@@ -13,6 +13,7 @@ import time
 import torch
 
 import data
+from engine.cpu import cpu_name  # noqa: F401  (the benchmarks print it with every table)
 from sample import draft_from_path, make_draft
 from speculative import DRAFTS, ROUNDS, round_for
 
@@ -70,18 +71,6 @@ def machine():
     """The CPU as lscpu names it, with the instruction sets that decide the speed here, cores, OS, torch, threads."""
     return (f"{cpu_name()}, {os.cpu_count()} cores, {platform.system()}; "
             f"torch {torch.__version__}, {torch.get_num_threads()} threads")
-
-
-def cpu_name():
-    """The CPU as lscpu names it, with the instruction sets that decide the speed here (from /proc/cpuinfo)."""
-    from engine.cpu import cpu_flags
-    cpu, flags = platform.processor(), cpu_flags()
-    if os.path.exists("/proc/cpuinfo"):
-        lines = open("/proc/cpuinfo").read().splitlines()
-        cpu = next((line.split(":", 1)[1].strip() for line in lines if line.startswith("model name")), cpu)
-    isa = [name for flag, name in [("avx2", "AVX2"), ("avx512f", "AVX-512"), ("avx512_bf16", "AVX512-BF16"),
-                                   ("amx_tile", "AMX")] if flag in flags]
-    return cpu + (f" ({', '.join(isa)})" if isa else "")  # none listed: none of these (or no /proc/cpuinfo)
 
 
 def commit():  # -> the checkout's short commit hash, "+ changes" if the tree differs from it; "unknown" outside git

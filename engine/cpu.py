@@ -32,6 +32,18 @@ def cpu_flags():  # -> the instruction sets /proc/cpuinfo lists ({"avx2", "amx_t
         return set(next((line.split(":", 1)[1].split() for line in fh if line.startswith("flags")), []))
 
 
+def cpu_name():
+    """The CPU as lscpu names it, with the instruction sets that decide the speed here (from /proc/cpuinfo)."""
+    import platform
+    cpu, flags = platform.processor(), cpu_flags()
+    if os.path.exists("/proc/cpuinfo"):
+        lines = open("/proc/cpuinfo").read().splitlines()
+        cpu = next((line.split(":", 1)[1].strip() for line in lines if line.startswith("model name")), cpu)
+    isa = [name for flag, name in [("avx2", "AVX2"), ("avx512f", "AVX-512"), ("avx512_bf16", "AVX512-BF16"),
+                                   ("amx_tile", "AMX")] if flag in flags]
+    return cpu + (f" ({', '.join(isa)})" if isa else "")  # none listed: none of these (or no /proc/cpuinfo)
+
+
 def bf16_units():  # -> whether this CPU multiplies bfloat16 in hardware (AVX512-BF16 or AMX)
     """Without them torch emulates bfloat16 matrix products, and training a head under bfloat16 autocast ran 27x
     slower than in float32 on an AVX2-only CPU (BENCHMARKS.md, "bfloat16 autocast without bfloat16 units")."""

@@ -160,16 +160,104 @@ def refusal(name, target):  # -> why decoder `name` cannot run `target`, in one 
     return None
 
 
-def default_decoder(target, device="cpu"):
-    """-> the decoder a run takes when --decoder is not given: the fastest the benchmarks back (BENCHMARKS.md, "The
-    Llama's formats"). A model.GPT: fast. A Llama read from a Q4_1 GGUF file, on a CPU: fast-int4, the file's own
-    blocks: a step reads under a quarter of float32's bytes, and it ran faster than float32 on every CPU measured,
-    with bfloat16 units or AVX2 alone. A Llama on a GPU: fast-bf16. Any other Llama: fast (float32), whose
-    logits are the readable model's."""
+def default_decoder(target, device="cpu", drafting=True, say=None):
+    """-> the decoder a run takes when --decoder is not given (or is auto). A model.GPT: fast. A Llama on a GPU:
+    fast-bf16. A Llama read from a Q4_1 GGUF file, on a CPU: measured (auto_format), fast-q4_1 or fast-int4, the
+    file's own blocks either way. Any other Llama: fast (float32), whose logits are the readable model's."""
     device = str(device)
     if isinstance(target, GPT) or not device.startswith(("cpu", "cuda")):
         return "fast"
     if device.startswith("cuda"):
         return "fast-bf16"
     from engine.llama import q4_1_file
-    return "fast-int4" if q4_1_file(target) else "fast"
+    return auto_format(target, drafting, say) if q4_1_file(target) else "fast"
+
+
+# ---- --decoder auto: the format of a Q4_1 file chosen by measurement, on this machine -------------------------------
+# Theorem 3.8 with v scores a format for a speculative run: a round of AUTO_K drafts, each kept with probability
+# AUTO_ALPHA (the chat suite's suffix rows at T = 0 keep about 0.8 on every CPU measured), free drafts (c = 0):
+# tokens/s = (1 - alpha^(K+1)) / ((1 - alpha) v(K+1) step). A plain run (no draft) is scored by 1 / step.
+AUTO_ALPHA, AUTO_K = 0.8, 4
+
+
+def tokens_per_second(step, v, drafting):  # (one-token step in s, v(K+1)) -> tokens/s by Theorem 3.8 with v
+    if not drafting:
+        return 1 / step
+    a = AUTO_ALPHA
+    return (1 - a ** (AUTO_K + 1)) / ((1 - a) * v * step)
+
+
+def auto_format(target, drafting=True, say=None):
+    """-> "fast-q4_1" or "fast-int4" for a Llama of a Q4_1 file: the one with the most tokens/s by tokens_per_second,
+    each format's step and v(K+1) timed on this machine (format_times: a few seconds, once; then read from a cache
+    keyed by CPU, torch, threads and file). say(line): what it chose and why."""
+    from engine.blocks import unavailable
+    say = say or (lambda line: None)
+    if unavailable():
+        say(f"--decoder auto: fast-int4 (fast-q4_1 cannot run here: {unavailable()})")
+        return "fast-int4"
+    times, source = format_times(target, ("fast-int4", "fast-q4_1"))
+    score = {d: tokens_per_second(*times[d], drafting) for d in times}
+    best = max(score, key=score.get)
+    other = min(score, key=score.get)
+    what = (f"with a draft keeping {AUTO_ALPHA:.0%} of {AUTO_K} (Theorem 3.8 with v)" if drafting else "plain")
+    say(f"--decoder auto: {best}, {score[best]:.0f} tok/s {what} against {other}'s {score[other]:.0f} "
+        f"(one-token step {1e3 * times[best][0]:.1f} and {1e3 * times[other][0]:.1f} ms, v({AUTO_K + 1}) "
+        f"{times[best][1]:.2f} and {times[other][1]:.2f}; {source})")
+    return best
+
+
+def format_cache():  # -> the file --decoder auto keeps its timings in (SPECULATIVE_CACHE, else the user's cache folder)
+    import os
+    folder = os.environ.get("SPECULATIVE_CACHE") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "speculative-sampling")
+    return os.path.join(folder, "formats.json")
+
+
+@torch.no_grad()
+def format_times(target, decoders, repeats=7):
+    """-> ({decoder: (one-token step in s, v(AUTO_K + 1))}, where they came from): read from format_cache() under
+    this machine's key, or timed now (each format after a 32-token prompt, interleaved, median of `repeats`) and
+    written there. A cache that cannot be read or written is timed again, never an error."""
+    import json
+    import os
+    import statistics
+    import time
+    from engine.cpu import cpu_name
+    from engine.llama import FastLlama
+    path = getattr(target, "gguf_path", "")
+    key = (f"{cpu_name()}; torch {torch.__version__}, {torch.get_num_threads()} threads; {os.path.basename(path)}, "
+           f"{os.path.getsize(path) if path and os.path.exists(path) else 0} bytes")
+    cache_file = format_cache()
+    try:
+        with open(cache_file) as f:
+            cache = json.load(f)
+        if all(d in cache.get(key, {}) for d in decoders):
+            return {d: tuple(cache[key][d]) for d in decoders}, f"timed earlier, read from {cache_file}"
+    except (OSError, ValueError):
+        cache = {}
+    models = {d: FastLlama(target, FORMAT_OF[d]) for d in decoders}
+    prompt = (torch.arange(32) * 7 % target.config.vocab_size)[None]  # which tokens does not matter for the time
+    one, wide = prompt[:, -1:], prompt[:, -1:].repeat(1, AUTO_K + 1)
+    times = {d: ([], []) for d in decoders}
+    for model in models.values():
+        model.reset_cache()
+        model.fill(prompt)
+        for ids in (one, wide):  # warm up both shapes
+            model(ids, use_cache=True)
+            model.crop(prompt.size(1))
+    for _ in range(repeats):
+        for d, model in models.items():
+            for ids, seconds in zip((one, wide), times[d]):
+                tic = time.perf_counter()
+                model(ids, use_cache=True)
+                seconds.append(time.perf_counter() - tic)
+                model.crop(prompt.size(1))
+    out = {d: (statistics.median(s1), statistics.median(s5) / statistics.median(s1)) for d, (s1, s5) in times.items()}
+    try:
+        os.makedirs(os.path.dirname(cache_file), exist_ok=True)
+        with open(cache_file, "w") as f:
+            json.dump(cache | {key: cache.get(key, {}) | {d: list(t) for d, t in out.items()}}, f, indent=1)
+    except OSError:
+        pass
+    return out, f"timed now, median of {repeats} interleaved"
