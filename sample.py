@@ -446,9 +446,9 @@ def main(argv=None):
     stop = (tok.stop + (stop_sequences(args.stop, tok) or [])) or None  # a chat model's end of turn, and --stop
     runs = (target, draft) if args.batch else with_decoder(args.decoder, target, draft)  # --batch: no --decoder
     if args.draft == "int4" and args.decoder == "fast-int4" and not args.batch:
-        print("--draft int4 beside --decoder fast-int4 (the default for a Q4_1 file) is the target drafting for "
-              "itself: every draft is kept and nothing is saved; --decoder fast (float32) or fast-bf16 is the target "
-              "it drafts for (Chen et al.'s regime)")
+        print("--draft int4 beside --decoder fast-int4 is the target drafting for itself: every draft is kept and "
+              "nothing is saved; --decoder fast (float32), fast-bf16 or fast-q4_1 (the file's blocks in float32 "
+              "arithmetic) is a target it drafts for (Chen et al.'s regime)")
     load_seconds = time.perf_counter() - loading  # the models read, and the format's weights packed
     about = f"{runs[0].about}, " if hasattr(runs[0], "about") else ""  # a GGUF file's: what its weights are
     print(f"target {shown(args.init_from or args.target)} ({about}{target.num_params() / 1e6:.2f}M), draft "

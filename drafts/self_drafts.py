@@ -16,8 +16,8 @@ target.
   in float32 or bfloat16 (--decoder fast, fast-bf16). This is the regime of Chen et al. (2023, section 4): the same
   model in coarser arithmetic, so alpha is near 1 and c is the int4 step over the target's. For a model.GPT, which
   has no int4 decoder, a copy whose block matrices are rounded to Q4_1 and run dequantized: the same numbers, alpha
-  alone, no speed. Beside an int4 target (--decoder fast-int4, the default for a Q4_1 file) it is the target itself:
-  every draft kept, and nothing saved.
+  alone, no speed. Beside an int4 target (--decoder fast-int4) it is the target itself: every draft kept, and nothing
+  saved; beside fast-q4_1 (the same blocks in float32 arithmetic, engine/blocks.cpp) it drafts at c near 1.
 
 In Theorem 3.8's terms all three trade a second model for a high alpha at a high c; on a GPU, where v is near 1 and a
 draft step of a half-depth model costs about half a target step, the trade is the one bench.py's Theorem 3.8 line

@@ -1,6 +1,8 @@
 """Shared helpers: tiny random GPTs and table-driven toy models that speak model.GPT's cache interface."""
 
+import os
 import random
+import tempfile
 
 import pytest
 import torch
@@ -11,6 +13,8 @@ from drafts.ngram import TokenListCache
 from verifiers.tree import tree_attention
 
 torch.set_num_threads(1)  # tiny models: threads cost more than they save, and CI has 2 cores
+# --decoder auto's timings (engine/fast.py format_cache) go to a folder of the test run's, not the user's cache
+os.environ.setdefault("SPECULATIVE_CACHE", tempfile.mkdtemp(prefix="speculative-test-cache-"))
 
 
 def random_gpt(seed, vocab_size=5, block_size=8, n_layer=2, n_head=2, n_embd=16, sharpness=8.0):

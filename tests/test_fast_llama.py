@@ -285,3 +285,41 @@ def test_the_vocabulary_table_weighs_coverage_against_a_heads_step(capsys):
     assert "| vocabulary | coverage of held-out answers |" in capsys.readouterr().out
     rows, _ = vocab_table(target, torch.tensor([[3, 1, 4, 1, 5]]), vocabs=(4,), repeats=1)
     assert rows[0]["coverage"] != rows[0]["coverage"]  # nan: no answers to cover
+
+
+def test_auto_scores_a_format_by_theorem_3_8_with_v():
+    from engine.fast import AUTO_ALPHA, AUTO_K, tokens_per_second
+    a = AUTO_ALPHA
+    assert tokens_per_second(0.02, 1.7, drafting=False) == 1 / 0.02  # plain: one token a step
+    assert tokens_per_second(0.02, 2.0, drafting=True) == pytest.approx(
+        sum(a ** i for i in range(AUTO_K + 1)) / (2.0 * 0.02))  # expected tokens of a round over its time
+    # a cheaper step can lose to a flatter verification, with a draft only
+    assert tokens_per_second(0.020, 2.4, True) < tokens_per_second(0.022, 1.7, True)
+    assert tokens_per_second(0.020, 2.4, False) > tokens_per_second(0.022, 1.7, False)
+
+
+def test_auto_times_both_formats_once_then_follows_its_cache(monkeypatch, tmp_path, capsys):
+    """--decoder auto on a Llama of Q4_1 blocks: both formats timed (a line says which won and by how much), the
+    timings cached under this machine's key and read back; the choice follows the timings (a planted cache that makes
+    q4_1 dear picks int4); an unreadable cache is timed again; where the kernel cannot run, int4 and why."""
+    import json
+    from engine import blocks, fast
+    monkeypatch.setenv("SPECULATIVE_CACHE", str(tmp_path))
+    model = q4_llama(0, block_size=48)
+    chosen = fast.auto_format(model, drafting=True, say=print)
+    line = capsys.readouterr().out
+    assert chosen in ("fast-q4_1", "fast-int4") and line.startswith(f"--decoder auto: {chosen}, ")
+    assert "timed now, median of 7 interleaved" in line
+    cache_file = tmp_path / "formats.json"
+    (key, times), = json.loads(cache_file.read_text()).items()
+    assert "torch " in key and set(times) == {"fast-q4_1", "fast-int4"} and all(t[0] > 0 and t[1] > 0
+                                                                              for t in times.values())
+    assert fast.auto_format(model, say=print) == chosen and "timed earlier, read from" in capsys.readouterr().out
+    times["fast-q4_1"] = [10 * times["fast-int4"][0], times["fast-int4"][1]]  # planted: q4_1 ten times slower
+    cache_file.write_text(json.dumps({key: times}))
+    assert fast.auto_format(model, say=print) == "fast-int4"
+    cache_file.write_text("not json")
+    assert fast.auto_format(model, say=print) in ("fast-q4_1", "fast-int4") and "timed now" in capsys.readouterr().out
+    monkeypatch.setattr(blocks, "unavailable", lambda: "no compiler here")
+    assert fast.auto_format(model, say=print) == "fast-int4"
+    assert "fast-q4_1 cannot run here: no compiler here" in capsys.readouterr().out

