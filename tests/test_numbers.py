@@ -92,6 +92,14 @@ LOOKUPS = ["ngram@auto", "suffix@auto", "suffix:suffix_corpus=python@auto"]
 
 SELF, ROUTES = "chat_suite_self_int4_avx2.json", "profile_routes_avx2_formats.json"  # the int4 draft, the routes
 int4_route = lambda run: next(r for r in run["kernels"] if r["route"].startswith("int4"))
+Q41, Q41_SUITE, INT4_SUITE = "profile_q4_1_avx2_formats.json", "chat_suite_q4_1_avx2.json", "chat_suite_int4_avx2.json"
+
+
+def q4_1_step(run):  # -> the q4_1 format against int4, whole forwards interleaved: step and v(5), v(9)
+    q, i = fmt_of(run(Q41), "q4_1"), fmt_of(run(Q41), "int4")
+    return ("a one-token step of {:.1f} ms against int4's {:.1f}, a forward of 5 tokens {:.2f} steps against {:.2f}, "
+            "of 9 tokens {:.2f} against {:.2f}").format(q["step_ms"], i["step_ms"], q["v"]["5"], i["v"]["5"],
+                                                       q["v"]["9"], i["v"]["9"])
 
 QUOTES = [  # (file, the run's JSON, the quoted text from it: a function of load_run)
     ("README.md", BENCH_AMD, lambda run: "| AMD EPYC | float32 " + glance_row(run(BENCH_AMD), "fast")),
@@ -151,6 +159,14 @@ QUOTES = [  # (file, the run's JSON, the quoted text from it: a function of load
         span([overall(run(SELF), "int4@auto", st, "tau") for st in ("t0", "t1.0")], "{:.0f}"))),
     ("docs/exactness.md", ROUTES, lambda run: "int4 kernel's v(5) is {:.2f} and v(9) {:.2f} there".format(
         *(int4_route(run(ROUTES))["v"][n] for n in ("5", "9")))),
+    ("README.md", Q41, lambda run: "our kernel (`fast-q4_1`) verifies 5 tokens for {:.2f} steps where int4 takes {:.2f}"
+     .format(fmt_of(run(Q41), "q4_1")["v"]["5"], fmt_of(run(Q41), "int4")["v"]["5"])),
+    ("docs/suite.md", Q41, q4_1_step),
+    ("notebooks/08_real_llm.ipynb", Q41, q4_1_step),
+    ("docs/suite.md", Q41_SUITE, lambda run: "`suffix` gains {:.2f}x overall over q4_1 plain at T = 0 and {:.2f}x at "
+     "T = 1 ({:.2f}x and {:.2f}x over int4 plain)".format(
+         overall(run(Q41_SUITE), "suffix@auto", "t0"), overall(run(Q41_SUITE), "suffix@auto", "t1.0"),
+         overall(run(INT4_SUITE), "suffix@auto", "t0"), overall(run(INT4_SUITE), "suffix@auto", "t1.0"))),
     ("notebooks/08_real_llm.ipynb", SELF, lambda run: "{:.2f}x overall over float32 plain at T = 1, where the lookups "
      "find nothing to copy (`suffix` {:.2f}x), and {:.2f}x at T = 0".format(
          overall(run(SELF), "int4@auto", "t1.0"), overall(run(SELF), "suffix@auto", "t1.0"),
