@@ -15,7 +15,7 @@ import time
 
 import torch
 
-from engine.llama import FORMATS, FastLlama, int8_rows
+from engine.llama import FastLlama, int8_rows, runnable_formats
 
 WIDTHS = (2, 3, 5, 9, 17)  # forwards of n tokens: a round of K = n - 1 drafts
 READ = 256  # a prompt's tokens, for the time of its read
@@ -37,8 +37,9 @@ def weight_bytes_eager(model):  # the readable model reads every parameter once 
 
 
 @torch.no_grad()
-def format_table(target, prompt, repeats=7, formats=FORMATS):
+def format_table(target, prompt, repeats=7, formats=None):
     """-> rows (dict per format: step_ms, v at WIDTHS, bytes, roof_ms, roof share) and the bandwidth, printed."""
+    formats = formats or runnable_formats()
     bandwidth = read_bandwidth()
     models = {"eager float32": target} | {f: FastLlama(target, f) for f in formats}
     times = {name: {n: [] for n in (1, *WIDTHS)} for name in models}
@@ -240,7 +241,7 @@ def drift(fast, prompt, new_tokens=48, width=5):
                 tv_max=tv.max().item(), parted=[(i, (top2[i, 0] - top2[i, 1]).item()) for i in parted])
 
 
-def drift_table(target, prompts, formats=FORMATS, width=5):
+def drift_table(target, prompts, formats=None, width=5):
     """drift() of every format over the prompts, printed: is speculative sampling's verification computing the
     plain step's p in this format, and where not, how far from it."""
     print(f"\nthe verification's p against the one-token step's, {width} tokens a forward, greedy continuations of "
@@ -249,7 +250,7 @@ def drift_table(target, prompts, formats=FORMATS, width=5):
           "argmax differs (step's top-2 margin) |")
     print("|---|---|---|---|---|")
     rows = []
-    for fmt in formats:
+    for fmt in formats or runnable_formats():
         fast = FastLlama(target, fmt)
         runs = [drift(fast, p, width=width) for p in prompts]
         tv = sorted(r["tv_median"] for r in runs)

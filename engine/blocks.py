@@ -42,9 +42,11 @@ def _built():  # -> (the compiled module, None) or (None, why not): built once a
                   file=sys.stderr, flush=True)
         return load(name=NAME, sources=[source], extra_cflags=["-O3", "-mavx2", "-mfma"], verbose=False), None
     except Exception as e:  # no compiler, no ninja, a failed build: one line, the rest of the project runs
-        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        return None, (f"could not build engine/blocks.cpp ({first[:160]}): it needs a C++ compiler (g++) and ninja; "
-                      "use --decoder fast-int4")
+        text = str(e).strip()
+        why = "the C++ compiler failed, its output above" if "Error building extension" in text else (
+            text.splitlines()[0][:160] if text else type(e).__name__)
+        return None, (f"could not build engine/blocks.cpp ({why}): it needs a C++ compiler (g++) and ninja "
+                      "(requirements.txt); use --decoder fast-int4")
 
 
 def _compiled():  # -> has torch's extension cache a build of the kernel (maybe of an older blocks.cpp)?
@@ -53,6 +55,12 @@ def _compiled():  # -> has torch's extension cache a build of the kernel (maybe 
         return os.path.exists(os.path.join(_get_build_directory(NAME, False), NAME + ".so"))
     except Exception:
         return False
+
+
+def can_build():  # -> does this machine have what a build needs (AVX2, a C++ compiler, ninja)? Cheap: nothing is built
+    import shutil
+    return torch.backends.cpu.get_cpu_capability() in ("AVX2", "AVX512") and bool(shutil.which("c++")) and bool(
+        shutil.which("ninja"))
 
 
 def unavailable():  # -> None where the kernel runs, else why not, in one line

@@ -51,6 +51,10 @@ FORMATS = ("float32", "bfloat16", "int8", "int4", "q4_1")
 Q4_1_BLOCK = 32  # weights per Q4_1 block
 
 
+def runnable_formats():  # -> the FORMATS this machine runs: q4_1 only where engine/blocks.cpp builds
+    return tuple(f for f in FORMATS if f != "q4_1" or not unavailable())
+
+
 # ---- the formats: prepare a weight once, multiply by it every step ----------------------------------------------
 
 # ---- the kernels' shape rules -------------------------------------------------------------------------------
