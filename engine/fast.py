@@ -13,7 +13,7 @@ Like model.GPT, it leaves each forward's final-block output in .features (and on
 draft that reads the target finds it). FastGPT(model, dtype=torch.bfloat16) also stores the weights in bfloat16 (opt-in): on CPUs with bf16 matrix
 instructions (AVX512-BF16, AMX) the target's (K+1)-token forward gets cheaper, i.e. v falls, but the logits
 change slightly, so it is another target: compare it with plain sampling from the same FastGPT. The Llama of a
-GGUF file has a decoder of its own, in four weight formats: engine/llama.py's FastLlama (with_decoder picks it).
+GGUF file has a decoder of its own, in five weight formats: engine/llama.py's FastLlama (with_decoder picks it).
 
 What it leaves out: torch.compile of the step (tried by hand and dropped: slow to compile for every input shape,
 and no faster than this file on this CPU), batches (B > 1: batched.py runs model.GPT's per-row cache), and
