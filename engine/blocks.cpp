@@ -1,11 +1,12 @@
 // The GGUF file's own blocks times float32 activations, on a CPU with AVX2 and FMA: engine/blocks.py builds and
 // loads this file (torch.utils.cpp_extension), engine/llama.py's "q4_1" format calls it.
 //
-//   blocks_mm(x (M, K) float32, qs, scales, kind) -> y (M, N) float32, y = x @ W.T with W as the file stores it:
-//     kind 0, Q4_1: qs (N, K/2) uint8, a block's 16 bytes as in the file (weight j of a block of 32 is the low
-//                   nibble of byte j for j < 16, the high nibble of byte j - 16 after); scales (N, K/32, 2) float32,
-//                   (d, m) per block: w = d q + m (ggml's dequantize_row_q4_1)
-//     kind 1, Q8_0: qs (N, K) int8 as uint8; scales (N, K/32) float32, d per block: w = d q
+//   blocks_mm(x (M, K) float32, qs, d, m) -> y (M, N) float32, y = x @ W.T with W as the file stores it:
+//     Q4_1: qs (N, K/2) uint8, a block's 16 bytes as in the file (weight j of a block of 32 is the low nibble of
+//           byte j for j < 16, the high nibble of byte j - 16 after); d (N, K/32) float32; m (N, B8) float32, its
+//           K/32 blocks then zeros up to a multiple of 8 (B8): w = d q + m (ggml's dequantize_row_q4_1)
+//     Q8_0: qs (N, K) int8 as uint8; d (N, K/32) float32; m empty: w = d q
+//   attend_rows(q, k, v, scale): attention of the newest tokens, each alone (below)
 //
 // Why a kernel of our own: torch's weight-only kernels dequantize a tile of weights for every 4 rows of
 // activations, so a (K+1)-token verification costs about (K+1)/4 one-token steps, and they round the scales and the
@@ -32,8 +33,8 @@
 namespace {
 
 constexpr int64_t BLOCK = 32;  // weights per block, Q4_1 and Q8_0 alike
-constexpr int ROWS = 16;       // rows of x per unpacked block: past 8 or so the accumulators spill from AVX2's 16 registers to
-                               // the stack, still cheaper than unpacking the block again (a 9-row call: 595 us, 736 at 8)
+constexpr int ROWS = 16;       // rows of x per unpacked block: past 8 or so the accumulators spill from AVX2's 16
+                               // registers to the stack, still cheaper than unpacking the block again for row 9
 
 inline float lanes_sum(__m256 v) {  // the 8 lanes' sum, always in the same order: (0+4, 1+5, 2+6, 3+7), then pairs
   __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));

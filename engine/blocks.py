@@ -29,9 +29,13 @@ BLOCK = 32  # weights per block, Q4_1 and Q8_0 alike
 NAME = "speculative_blocks"  # the compiled module's name: torch rebuilds it when blocks.cpp changes
 
 
+def has_avx2():  # -> does torch see AVX2 (and FMA) here? AVX-512 CPUs have both
+    return torch.backends.cpu.get_cpu_capability() in ("AVX2", "AVX512")
+
+
 @functools.lru_cache(maxsize=1)
 def _built():  # -> (the compiled module, None) or (None, why not): built once a process
-    if torch.backends.cpu.get_cpu_capability() not in ("AVX2", "AVX512"):
+    if not has_avx2():
         return None, (f"engine/blocks.cpp needs a CPU with AVX2 and FMA (x86-64, 2013 on); this one offers "
                       f"{torch.backends.cpu.get_cpu_capability()}: use --decoder fast-int4")
     try:
@@ -41,7 +45,8 @@ def _built():  # -> (the compiled module, None) or (None, why not): built once a
             print("engine/blocks.cpp: compiling the q4_1 kernels, once for this machine (about 40 s on 2 cores)",
                   file=sys.stderr, flush=True)
         # -fopenmp: at::parallel_for splits the output rows among torch's threads only when compiled with OpenMP
-        # (without it the pragma is dropped and the kernel runs on one core: 166 us where two cores take 94)
+        # (without it the pragma is dropped and the kernel runs on one core: BENCHMARKS.md, "the file's blocks by a
+        # kernel of our own")
         return load(name=NAME, sources=[source], extra_cflags=["-O3", "-mavx2", "-mfma", "-fopenmp"],
                     extra_ldflags=["-fopenmp"], verbose=False), None
     except Exception as e:  # no compiler, no ninja, a failed build: one line, the rest of the project runs
@@ -62,8 +67,7 @@ def _compiled():  # -> has torch's extension cache a build of the kernel (maybe 
 
 def can_build():  # -> does this machine have what a build needs (AVX2, a C++ compiler, ninja)? Cheap: nothing is built
     import shutil
-    return torch.backends.cpu.get_cpu_capability() in ("AVX2", "AVX512") and bool(shutil.which("c++")) and bool(
-        shutil.which("ninja"))
+    return has_avx2() and bool(shutil.which("c++")) and bool(shutil.which("ninja"))
 
 
 def unavailable():  # -> None where the kernel runs, else why not, in one line
@@ -77,34 +81,24 @@ def kernel():
     return module
 
 
+def float16s(blocks, at):  # (..., block bytes) uint8 -> (...) float32: the float16 at byte `at` of each block
+    return torch.from_numpy(blocks[..., at:at + 2].copy().view(np.float16)[..., 0].astype(np.float32))
+
+
 def q4_1_parts(raw, N, K):  # the file's Q4_1 bytes (N, K/32 * 20) -> (q bytes (N, K/2), d (N, K/32), m (N, B8))
     """A block is 20 bytes: d and m (float16), then 16 bytes of q, low nibbles first (engine/llama.py q4_1_from_bytes).
     The kernel reads q's bytes as stored, d and m in float32 (float16 to float32 is exact), m padded with zeros to a
     multiple of 8 blocks (B8: it is summed 8 blocks at a time)."""
     blocks = np.ascontiguousarray(raw).reshape(N, K // BLOCK, 20)
-    d = torch.from_numpy(blocks[..., 0:2].copy().view(np.float16)[..., 0].astype(np.float32))
-    m = torch.from_numpy(blocks[..., 2:4].copy().view(np.float16)[..., 0].astype(np.float32))
     q = torch.from_numpy(blocks[..., 4:].reshape(N, K // 2).copy())
     B = K // BLOCK
-    return q, d.contiguous(), F.pad(m, (0, -(-B // 8) * 8 - B)).contiguous()
+    return q, float16s(blocks, 0).contiguous(), F.pad(float16s(blocks, 2), (0, -(-B // 8) * 8 - B)).contiguous()
 
 
 def q8_0_parts(raw, N, K):  # the file's Q8_0 bytes (N, K/32 * 34) -> (q bytes (N, K), d (N, K/32), no m)
     """A block is 34 bytes: d (float16), then 32 int8 q: w = d q (ggml's dequantize_row_q8_0)."""
     blocks = np.ascontiguousarray(raw).reshape(N, K // BLOCK, 34)
-    d = torch.from_numpy(blocks[..., 0:2].copy().view(np.float16)[..., 0].astype(np.float32))
-    return torch.from_numpy(blocks[..., 2:].reshape(N, K).copy()), d.contiguous(), torch.empty(0)
-
-
-def dequantized(parts):  # (q, d, m) -> the float32 weights (N, K) they stand for: the kernel's reference
-    q, d, m = parts
-    N, B = d.shape
-    if m.numel():  # Q4_1: low nibbles are weights 0..15 of a block, high nibbles 16..31
-        q = q.view(N, B, 16)
-        q = torch.cat([q & 0x0F, q >> 4], -1).float() * d[..., None] + m[:, :B, None]
-    else:  # Q8_0
-        q = q.view(torch.int8).view(N, B, BLOCK).float() * d[..., None]
-    return q.view(N, B * BLOCK)
+    return torch.from_numpy(blocks[..., 2:].reshape(N, K).copy()), float16s(blocks, 0).contiguous(), torch.empty(0)
 
 
 def blocks_mm(x, parts):  # x (M, K) float32 -> (M, N) float32: x @ W.T, W the blocks in parts, each row on its own

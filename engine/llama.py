@@ -44,7 +44,7 @@ import torch
 import torch.nn as nn
 from torch.nn import functional as F
 
-from engine.blocks import attend_rows, blocks_mm, q4_1_parts, q8_0_parts, unavailable
+from engine.blocks import attend_rows, blocks_mm, float16s, q4_1_parts, q8_0_parts, unavailable
 from model import GPT, ChainCache, Features
 
 FORMATS = ("float32", "bfloat16", "int8", "int4", "q4_1")
@@ -93,11 +93,9 @@ def q4_1_from_bytes(raw, N, K):  # GGUF's Q4_1 bytes (N, K/32 * 20) -> q (N, K) 
     """A Q4_1 block is 20 bytes: d (float16), m (float16), then 16 bytes of 4-bit q; weight j of the block is the low
     nibble of byte j for j < 16, the high nibble of byte j - 16 after. w = d * q + m (ggml's dequantize_row_q4_1)."""
     blocks = np.ascontiguousarray(raw).reshape(N, K // Q4_1_BLOCK, 20)
-    d = blocks[..., 0:2].copy().view(np.float16)[..., 0].astype(np.float32)  # (N, K/32)
-    m = blocks[..., 2:4].copy().view(np.float16)[..., 0].astype(np.float32)
     qs = blocks[..., 4:]  # (N, K/32, 16)
     q = np.concatenate([qs & 0x0F, qs >> 4], axis=-1).reshape(N, K)  # (N, K) in 0..15
-    return torch.from_numpy(q.astype(np.uint8)), torch.from_numpy(d), torch.from_numpy(m)
+    return torch.from_numpy(q.astype(np.uint8)), float16s(blocks, 0), float16s(blocks, 2)  # q, d, m (N, K/32)
 
 
 def q4_1_quantized(w):  # (N, K) float32 -> its Q4_1 bytes (N, padded(K, 32) / 32 * 20), as llama-quantize computes them

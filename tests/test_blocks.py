@@ -11,12 +11,23 @@ import torch
 from torch.nn import functional as F
 
 from engine import blocks
-from engine.blocks import BLOCK, attend_rows, blocks_mm, can_build, dequantized, q4_1_parts, q8_0_parts, unavailable
+from engine.blocks import BLOCK, attend_rows, blocks_mm, can_build, q4_1_parts, q8_0_parts, unavailable
 from engine.llama import FastLlama
 from tests.test_llama import random_llama
 
 BUILDS = can_build()  # AVX2, a C++ compiler and ninja (requirements.txt): the kernel must then build and run
 SHAPES = [(1, 32), (5, 64), (17, 96), (40, 576)]  # (N, K): one output row, odd counts, SmolLM2's K
+
+
+def dequantized(parts):  # the kernel's (q bytes, d, m) -> the float32 weights (N, K) they stand for, read here
+    q, d, m = parts
+    N, B = d.shape
+    if m.numel():  # Q4_1: low nibbles are weights 0..15 of a block, high nibbles 16..31
+        q = q.view(N, B, 16)
+        q = torch.cat([q & 0x0F, q >> 4], -1).float() * d[..., None] + m[:, :B, None]
+    else:  # Q8_0
+        q = q.view(torch.int8).view(N, B, BLOCK).float() * d[..., None]
+    return q.view(N, B * BLOCK)
 
 
 def parts_of(kind, N, K, seed=0):  # -> (parts, gguf's own dequantization (N, K)) of random weights in a block type
