@@ -176,13 +176,15 @@ def test_the_int4_blocks_are_the_files_own(smollm2):
 
 
 @torch.no_grad()
-def test_on_the_real_file_float32_is_the_readable_model_and_int4_is_near_it(smollm2):
+def test_on_the_real_file_float32_and_q4_1_are_the_readable_model_and_int4_is_near_it(smollm2):
     model, tokenizer = smollm2
     prompt = tokenizer.chat([{"role": "user", "content": "Name three colours."}])
     x = torch.tensor([prompt])
     want = model(x)[0][0, -3:]
-    fast = {fmt: FastLlama(model, fmt) for fmt in ("float32", "int4")}
-    for fmt, tol in (("float32", 1e-5), ("int4", 0.05)):  # int4: bfloat16 activations, scales and LM head
+    fast = {fmt: FastLlama(model, fmt) for fmt in ("float32", "int4", "q4_1") if fmt in RUNS}
+    # int4: bfloat16 activations, scales and LM head; q4_1: the file's blocks and head as the readable model holds
+    # them (dequantized to float32), float32 activations: only the order of the sums differs
+    for fmt, tol in [("float32", 1e-5), ("int4", 0.05)] + [("q4_1", 1e-5)] * ("q4_1" in fast):
         got = fast[fmt](x, use_cache=True)[0][0, -3:]
         assert (got - want).abs().max().item() <= tol * max(1.0, want.abs().max().item()), fmt
     plain, _ = autoregressive_generate(model, x, 8, temperature=0)
