@@ -4,6 +4,7 @@ The GGUF file's blocks multiplied as they are stored, by a kernel of our own (en
 
     parts = q4_1_parts(raw, N, K)       # the file's Q4_1 bytes (N, K/32 * 20) -> (q bytes, d, m), as the kernel reads
     y = blocks_mm(x, parts)             # x (M, K) float32 -> (M, N) float32: x @ W.T, W = d q + m exactly
+    x = layer_rows(x, layer, k, v, ...)  # a whole Llama block of the newest tokens in one call (run_layers' fast path)
 
 Why: torch's weight-only kernels round scales and activations to bfloat16 and unpack a tile of weights for every 4
 rows of activations, so a verification of K+1 tokens costs about (K+1)/4 steps. The LM head, kept in bfloat16 beside
@@ -44,10 +45,12 @@ def _built():  # -> (the compiled module, None) or (None, why not): built once a
         if not _compiled():
             print("engine/blocks.cpp: compiling the q4_1 kernels, once for this machine (about 40 s on 2 cores)",
                   file=sys.stderr, flush=True)
+        # -ffp-contract=off: no a * b + c fused where the source does not say so, so a loop's vectorized body and
+        # its scalar tail round alike (a row's numbers must not depend on where the row sits).
         # -fopenmp: at::parallel_for splits the output rows among torch's threads only when compiled with OpenMP
         # (without it the pragma is dropped and the kernel runs on one core: BENCHMARKS.md, "the file's blocks by a
         # kernel of our own")
-        return load(name=NAME, sources=[source], extra_cflags=["-O3", "-mavx2", "-mfma", "-fopenmp"],
+        return load(name=NAME, sources=[source], extra_cflags=["-O3", "-mavx2", "-mfma", "-fopenmp", "-ffp-contract=off"],
                     extra_ldflags=["-fopenmp"], verbose=False), None
     except Exception as e:  # no compiler, no ninja, a failed build: one line, the rest of the project runs
         text = str(e).strip()
@@ -107,3 +110,11 @@ def blocks_mm(x, parts):  # x (M, K) float32 -> (M, N) float32: x @ W.T, W the b
 
 def attend_rows(q, k, v):  # (T, nh, hs), (nkv, S, hs) x2 -> (T, nh, hs): the T newest tokens, each alone over its keys
     return kernel().attend_rows(q.contiguous(), k, v, q.size(-1) ** -0.5)
+
+
+def layer_rows(x, layer, k, v, start, cos, sin, nh, eps):
+    """x (T, C) float32, the T newest tokens at slots start.. -> x after one Llama block, in one call (blocks.cpp).
+    layer: run_layers' (ln1, qkv, proj, ln2, fc, down), its matrices q4_1_parts'; k, v (nkv, W, hs): the layer's cache,
+    written at slots start..start+T-1; cos, sin (W, hs): engine/llama.py rope_tables'."""
+    ln1, qkv, proj, ln2, fc, down = layer
+    return kernel().layer_rows(x.contiguous(), ln1, qkv, proj, ln2, fc, down, k, v, start, cos, sin, nh, eps)

@@ -44,7 +44,7 @@ import torch
 import torch.nn as nn
 from torch.nn import functional as F
 
-from engine.blocks import attend_rows, blocks_mm, float16s, q4_1_parts, q8_0_parts, unavailable
+from engine.blocks import attend_rows, blocks_mm, float16s, layer_rows, q4_1_parts, q8_0_parts, unavailable
 from model import GPT, ChainCache, Features
 
 FORMATS = ("float32", "bfloat16", "int8", "int4", "q4_1")
@@ -194,6 +194,9 @@ class FastLlama(nn.Module):
         self.cache = None
         self.features = None  # Features of the last cached forward (set on the wrapped model too)
         self.row_invariant = fmt != "float32"  # a chain's wide forward computes each row as the one-token step does
+        # q4_1: a block in one call of engine/blocks.cpp (layer_rows); False runs the same block as torch operations
+        # around the kernel's products and attention (the readable path the fused one is tested against)
+        self.fused = True
         # a prompt is read in a forward of its own (speculative.CachedModel calls fill): the weight-only formats'
         # kernels are made for one row, so the prompt's rows go through the float32 weights, which for a Q4_1 file
         # are its blocks dequantized (the same numbers), in one batched forward
@@ -269,7 +272,7 @@ class FastLlama(nn.Module):
     def blocks(self, idx, cache, pos, mask, rows, layers, fmt):  # (B, T) -> (residual (B, T, C), kept layers' outputs)
         x = self.wte[idx]  # (B, T, C) float32: the residual stream stays float32
         return run_layers(self.config, x, layers, fmt, cache, pos, mask, self.cos, self.sin, rows,
-                          self.model.keep_layers)
+                          self.model.keep_layers, self.fused)
 
 
 def rope_tables(rope):  # pretrained/llama.py's rope (W, hs/2, 2) -> (cos, sin), (W, hs) each
@@ -279,15 +282,23 @@ def rope_tables(rope):  # pretrained/llama.py's rope (W, hs/2, 2) -> (cos, sin),
     return cos.repeat_interleave(2, -1), torch.stack((-sin, sin), -1).flatten(-2)
 
 
-def run_layers(c, x, layers, fmt, cache, pos, mask, cos, sin, rows=False, keep=()):
+def run_layers(c, x, layers, fmt, cache, pos, mask, cos, sin, rows=False, keep=(), fused=True):
     """The Llama's blocks over the residual stream x (B, T, C) (float32 in FastLlama), their matrices as `fmt` stores
     them (layers: prepared's, or block_weights'), the new keys and values written to `cache` at pos -> (x, the outputs
     of the blocks in keep). FastLlama runs its target's blocks here; a head (drafts/eagle.py) its own beside it."""
     B, T, _ = x.size()
-    cos, sin = cos[pos], sin[pos]  # (T, hs) each
     nh, nkv, hs, eps = c.n_head, c.n_kv_head, c.n_embd // c.n_head, c.norm_eps
-    # q4_1 attends with its own kernel wherever a step or a chain's rows do (the same function for both: rows equal)
+    # q4_1 runs a step and a chain's rows through its own kernels (the same functions for both: rows equal): a whole
+    # block in one call (engine/blocks.cpp layer_rows) where fused, else its products and attention
     own = fmt == "q4_1" and B == 1 and isinstance(pos, slice) and (T == 1 or rows)
+    if own and fused and isinstance(cache, ChainCache):
+        kept, x = [], x[0]
+        for i, layer in enumerate(layers):
+            x = layer_rows(x, layer, cache.k[i][0], cache.v[i][0], pos.start, cos, sin, nh, eps)
+            if i in keep:
+                kept.append(x[None])
+        return x[None], kept
+    cos, sin = cos[pos], sin[pos]  # (T, hs) each
     kept = []
     for i, (ln1, qkv_w, proj_w, ln2, fc_w, down_w) in enumerate(layers):
         qkv = matmul(fmt, F.rms_norm(x, (c.n_embd,), ln1, eps), qkv_w).to(x.dtype)  # q, k, v in the stream's dtype

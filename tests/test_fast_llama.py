@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import pretrained
-from engine.blocks import can_build
+from engine.blocks import can_build, layer_rows
 from engine.fast import default_decoder, with_decoder
 from engine.llama import (FORMATS, Q4_1_BLOCK, FastLlama, padded, q4_1_blocks, q4_1_dequantized, q4_1_from_bytes,
                           q4_1_quantized, q8_0_head)
@@ -215,6 +215,28 @@ def test_int4_computes_every_row_of_a_verification_as_the_one_token_step_bit_for
     fast.row_invariant = False
     wide, steps = rows_of_wide_and_steps(fast, prompt, new)
     assert not torch.equal(wide, steps)
+
+
+@torch.no_grad()
+@pytest.mark.skipif("q4_1" not in RUNS, reason="engine/blocks.cpp does not build here (test_blocks.py says why)")
+@pytest.mark.parametrize("width", [(64, 64), (40, 44)])  # whole blocks of 32; widths the kernel pads to blocks
+def test_q4_1_runs_a_block_in_one_call_near_its_torch_operations_and_each_row_is_its_step(width, monkeypatch):
+    """The q4_1 format runs each Llama block of a step or a chain in one call of engine/blocks.cpp (layer_rows):
+    within 1e-5 of the same block as torch operations around the kernel's products (fused off, the readable path),
+    and a (K+1)-token forward's rows are the one-token steps' bit for bit."""
+    import engine.llama
+    C, H = width
+    fast = FastLlama(random_llama(0, block_size=24, n_layer=2, n_embd=C, n_hidden=H), "q4_1")
+    calls = []
+    monkeypatch.setattr(engine.llama, "layer_rows", lambda *a: calls.append(a[0].size(0)) or layer_rows(*a))
+    prompt, new = torch.tensor([[3, 1, 4, 1, 5, 9, 2, 6]]), torch.tensor([[5, 3, 5, 8, 9]])
+    wide, steps = rows_of_wide_and_steps(fast, prompt, new)
+    assert calls == [8] * 2 + [5] * 2 + [1] * 10  # a call a layer: the prompt, the chain's 5 rows, each token's step
+    assert torch.equal(wide, steps)
+    fast.fused = False
+    readable, readable_steps = rows_of_wide_and_steps(fast, prompt, new)
+    assert len(calls) == 14 and torch.equal(readable, readable_steps)  # (its rows are each step's too)
+    assert (wide - readable).abs().max().item() <= 1e-5 * max(1.0, readable.abs().max().item())
 
 
 def test_the_formats_table_times_every_format_and_its_prompt_read_both_ways(capsys, monkeypatch):
