@@ -46,13 +46,16 @@ inline float lanes_sum(__m256 v) {  // the 8 lanes' sum, always in the same orde
 }
 
 inline void q4_1_block(const uint8_t* qs, __m256 q[4]) {  // 16 bytes -> the block's 32 q (0..15) as floats, in order
-  const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs));
-  const __m128i low = _mm_and_si128(raw, _mm_set1_epi8(0x0F));                       // weights 0..15
-  const __m128i high = _mm_and_si128(_mm_srli_epi16(raw, 4), _mm_set1_epi8(0x0F));  // weights 16..31
-  q[0] = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(low));
-  q[1] = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(low, 8)));
-  q[2] = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(high));
-  q[3] = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(high, 8)));
+  const __m256i raw = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(qs)));
+  const __m256i sel0 = _mm256_setr_epi8(0, -1, -1, -1, 1, -1, -1, -1, 2, -1, -1, -1, 3, -1, -1, -1,
+                                        4, -1, -1, -1, 5, -1, -1, -1, 6, -1, -1, -1, 7, -1, -1, -1);
+  const __m256i sel1 = _mm256_add_epi8(sel0, _mm256_set1_epi32(8));  // bytes 8..15 (the -1s stay negative: zeros)
+  const __m256i b0 = _mm256_shuffle_epi8(raw, sel0), b1 = _mm256_shuffle_epi8(raw, sel1);
+  const __m256i low = _mm256_set1_epi32(0x0F);
+  q[0] = _mm256_cvtepi32_ps(_mm256_and_si256(b0, low));
+  q[1] = _mm256_cvtepi32_ps(_mm256_and_si256(b1, low));
+  q[2] = _mm256_cvtepi32_ps(_mm256_srli_epi32(b0, 4));
+  q[3] = _mm256_cvtepi32_ps(_mm256_srli_epi32(b1, 4));
 }
 
 inline void q8_0_block(const uint8_t* qs, __m256 q[4]) {  // 32 bytes -> the block's 32 q (-127..127) as floats
