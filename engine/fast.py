@@ -190,7 +190,7 @@ def tokens_per_second(step, v, drafting):  # (one-token step in s, v(K+1)) -> to
 def auto_format(target, drafting=True, say=None):
     """-> "fast-q4_1" or "fast-int4" for a Llama of a Q4_1 file: the one with the most tokens/s by tokens_per_second,
     each format's step and v(K+1) timed on this machine (format_times: a few seconds, once; then read from a cache
-    keyed by CPU, torch, threads and file). say(line): what it chose and why."""
+    keyed by CPU, torch, threads, file and the engine's sources). say(line): what it chose and why."""
     from engine.blocks import unavailable
     say = say or (lambda line: None)
     if unavailable():
@@ -214,6 +214,17 @@ def format_cache():  # -> the file --decoder auto keeps its timings in (SPECULAT
     return os.path.join(folder, "formats.json")
 
 
+def engine_version():  # -> a short hash of the decoders' sources: timings of an older kernel are not reused
+    import hashlib
+    import os
+    folder = os.path.dirname(os.path.abspath(__file__))
+    digest = hashlib.sha256()
+    for name in ("blocks.cpp", "blocks.py", "llama.py"):
+        with open(os.path.join(folder, name), "rb") as f:
+            digest.update(f.read())
+    return digest.hexdigest()[:12]
+
+
 @torch.no_grad()
 def format_times(target, decoders, repeats=7):
     """-> ({decoder: (one-token step in s, v(AUTO_K + 1))}, where they came from): read from format_cache() under
@@ -227,7 +238,7 @@ def format_times(target, decoders, repeats=7):
     from engine.llama import FastLlama
     path = getattr(target, "gguf_path", "")
     key = (f"{cpu_name()}; torch {torch.__version__}, {torch.get_num_threads()} threads; {os.path.basename(path)}, "
-           f"{os.path.getsize(path) if path and os.path.exists(path) else 0} bytes")
+           f"{os.path.getsize(path) if path and os.path.exists(path) else 0} bytes; engine {engine_version()}")
     cache_file = format_cache()
     try:
         with open(cache_file) as f:

@@ -344,7 +344,7 @@ def test_auto_times_both_formats_once_then_follows_its_cache(monkeypatch, tmp_pa
     assert "timed now, median of 7 interleaved" in line
     cache_file = tmp_path / "formats.json"
     (key, times), = json.loads(cache_file.read_text()).items()
-    assert "torch " in key and set(times) == {"fast-q4_1", "fast-int4"} and all(t[0] > 0 and t[1] > 0
+    assert "torch " in key and f"engine {fast.engine_version()}" in key and set(times) == {"fast-q4_1", "fast-int4"} and all(t[0] > 0 and t[1] > 0
                                                                               for t in times.values())
     assert fast.auto_format(model, say=print) == chosen and "timed earlier, read from" in capsys.readouterr().out
     times["fast-q4_1"] = [10 * times["fast-int4"][0], times["fast-int4"][1]]  # planted: q4_1 ten times slower
