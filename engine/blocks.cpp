@@ -17,7 +17,7 @@
 // a wider forward adds only each row's own multiply-adds, and the weights are the file's, exactly.
 //
 // Rows equal by construction: every row of x goes through the same instructions in the same order, whatever M is
-// and wherever the row sits (rows are taken up to 16 at a time, each with accumulators of its own; no arithmetic
+// and wherever the row sits (rows are taken up to 10 at a time, each with accumulators of its own; no arithmetic
 // mixes rows). So a row of a (K+1)-token forward is bit for bit the one-token step's (tests/test_blocks.py).
 // Compiled without -ffast-math: the compiler may not reorder a sum.
 //
@@ -36,8 +36,9 @@
 namespace {
 
 constexpr int64_t BLOCK = 32;  // weights per block, Q4_1 and Q8_0 alike
-constexpr int ROWS = 16;       // rows of x per unpacked block: past 8 or so the accumulators spill from AVX2's 16
-                               // registers to the stack, still cheaper than unpacking the block again for row 9
+constexpr int ROWS = 10;       // rows of x per unpacked block at most: past 10 the accumulators spill from AVX2's 16
+                               // registers to the stack, and a row costs more than a block's unpacking saves; M rows
+                               // go in groups of equal size (17: 9 and 8, not 16 and 1)
 
 inline float lanes_sum(__m256 v) {  // the 8 lanes' sum, always in the same order: (0+4, 1+5, 2+6, 3+7), then pairs
   __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
@@ -163,10 +164,12 @@ void mm(const float* x, int64_t M, const Blocks& w, float* y) {  // x (M, w.K) -
       }
   // output rows split among torch's threads; every output is computed whole by one thread, so threads change nothing
   at::parallel_for(0, N, 16, [&](int64_t n0, int64_t n1) {
-    for (int64_t r0 = 0; r0 < M; r0 += ROWS) {
-      const int R = static_cast<int>(std::min<int64_t>(ROWS, M - r0));
+    const int64_t groups = (M + ROWS - 1) / ROWS;  // as few groups as fit, of sizes within one of each other
+    for (int64_t g = 0, r0 = 0; g < groups; g++) {
+      const int R = static_cast<int>(M / groups + (g < M % groups ? 1 : 0));
       if (w.m) rows_times_blocks<true>(R, x + r0 * K, sp + r0 * B8, K, w.qs, w.d, w.m, y + r0 * N, N, n0, n1);
       else rows_times_blocks<false>(R, x + r0 * K, sp + r0 * B8, K, w.qs, w.d, w.m, y + r0 * N, N, n0, n1);
+      r0 += R;
     }
   });
 }

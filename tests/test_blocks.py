@@ -54,9 +54,9 @@ def test_the_kernel_builds_where_the_cpu_has_avx2_and_a_compiler_and_says_why_no
 def test_a_product_is_the_weights_product_and_each_row_the_one_row_calls(kind, N, K):
     parts, ggml = parts_of(kind, N, K)
     assert torch.equal(dequantized(parts), ggml)  # the bytes read as ggml reads them
-    x = torch.randn(17, K, generator=torch.Generator().manual_seed(1))
+    x = torch.randn(21, K, generator=torch.Generator().manual_seed(1))
     want = x.double() @ ggml.double().T
-    for M in (1, 2, 3, 5, 8, 9, 16, 17):  # widths below, at and past the 16 rows the kernel takes at a time
+    for M in (1, 2, 3, 5, 9, 10, 11, 17, 21):  # widths below, at and past the 10 rows the kernel takes at a time
         y = blocks_mm(x[:M], parts)
         assert y.shape == (M, N) and y.dtype == torch.float32
         assert (y.double() - want[:M]).abs().max() <= 1e-5 * want.abs().max(), (kind, M)
