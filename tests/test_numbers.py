@@ -93,13 +93,25 @@ LOOKUPS = ["ngram@auto", "suffix@auto", "suffix:suffix_corpus=python@auto"]
 SELF, ROUTES = "chat_suite_self_int4_avx2.json", "profile_routes_avx2_formats.json"  # the int4 draft, the routes
 int4_route = lambda run: next(r for r in run["kernels"] if r["route"].startswith("int4"))
 Q41, Q41_SUITE, INT4_SUITE = "profile_q4_1_avx2_formats.json", "chat_suite_q4_1_avx2.json", "chat_suite_int4_avx2.json"
+Q41F, Q41F_SUITE = "profile_q4_1_fused_avx2_formats.json", "chat_suite_q4_1_fused_avx2.json"  # a block a call
 
 
-def q4_1_step(run):  # -> the q4_1 format against int4, whole forwards interleaved: step and v(5), v(9)
-    q, i = fmt_of(run(Q41), "q4_1"), fmt_of(run(Q41), "int4")
+def q4_1_step(run, name=Q41):  # -> the q4_1 format against int4, whole forwards interleaved: step and v(5), v(9)
+    q, i = fmt_of(run(name), "q4_1"), fmt_of(run(name), "int4")
     return ("a one-token step of {:.1f} ms against int4's {:.1f}, a forward of 5 tokens {:.2f} steps against {:.2f}, "
             "of 9 tokens {:.2f} against {:.2f}").format(q["step_ms"], i["step_ms"], q["v"]["5"], i["v"]["5"],
                                                        q["v"]["9"], i["v"]["9"])
+
+
+def plain_tps(run, setting="t0"):  # -> the span of plain tokens/s over a suite's rows: "54-88"
+    return span([r["plain_tps"] for r in run["rows"] if r["setting"] == setting], "{:.0f}")
+
+
+def fused_suite(run):  # -> the suite on q4_1 with a block a call, beside the suite before it
+    return ("`suffix` gains {:.2f}x overall over that plain at T = 0 and {:.2f}x at T = 1, the plain answers coming at "
+            "{} tokens/s (their prompt reads included) where they came at {} before").format(
+        overall(run(Q41F_SUITE), "suffix@auto", "t0"), overall(run(Q41F_SUITE), "suffix@auto", "t1.0"),
+        plain_tps(run(Q41F_SUITE)), plain_tps(run(Q41_SUITE)))
 
 QUOTES = [  # (file, the run's JSON, the quoted text from it: a function of load_run)
     ("README.md", BENCH_AMD, lambda run: "| AMD EPYC | float32 " + glance_row(run(BENCH_AMD), "fast")),
@@ -159,12 +171,22 @@ QUOTES = [  # (file, the run's JSON, the quoted text from it: a function of load
         span([overall(run(SELF), "int4@auto", st, "tau") for st in ("t0", "t1.0")], "{:.0f}"))),
     ("docs/exactness.md", ROUTES, lambda run: "int4 kernel's v(5) is {:.2f} and v(9) {:.2f} there".format(
         *(int4_route(run(ROUTES))["v"][n] for n in ("5", "9")))),
-    ("README.md", Q41, lambda run: "our kernel (`fast-q4_1`) steps in {:.1f} ms where int4 takes {:.1f}, and verifies 5 "
-     "tokens for {:.2f} steps where int4 takes {:.2f}".format(
-         fmt_of(run(Q41), "q4_1")["step_ms"], fmt_of(run(Q41), "int4")["step_ms"], fmt_of(run(Q41), "q4_1")["v"]["5"],
-         fmt_of(run(Q41), "int4")["v"]["5"])),
+    ("README.md", Q41F, lambda run: "our kernel (`fast-q4_1`, a Llama block a call) steps in {:.1f} ms where int4 takes "
+     "{:.1f}, {:.0f} tokens/s, and verifies 5 tokens for {:.2f} steps where int4 takes {:.2f}".format(
+         fmt_of(run(Q41F), "q4_1")["step_ms"], fmt_of(run(Q41F), "int4")["step_ms"], fmt_of(run(Q41F), "q4_1")["tok_s"],
+         fmt_of(run(Q41F), "q4_1")["v"]["5"], fmt_of(run(Q41F), "int4")["v"]["5"])),
+    ("README.md", Q41F_SUITE, lambda run: "`suffix` adds {:.2f}x overall at T = 0 and {:.2f}x at T = 1".format(
+        overall(run(Q41F_SUITE), "suffix@auto", "t0"), overall(run(Q41F_SUITE), "suffix@auto", "t1.0"))),
     ("docs/suite.md", Q41, q4_1_step),
+    ("docs/suite.md", Q41F, lambda run: q4_1_step(run, Q41F)),
+    ("docs/suite.md", Q41F_SUITE, fused_suite),
+    ("docs/suite.md", Q41F_SUITE, lambda run: "`suffix`'s c is {} at T = 0 and {} at T = 1, where it was {} and {} "
+     "beside the slower step".format(*(span([r["c"] for r in run(name)["rows"] if r["setting"] == st and r["c"] == r["c"]
+                                             and r["c"] is not None])
+                                       for name in (Q41F_SUITE, Q41_SUITE) for st in ("t0", "t1.0")))),
     ("notebooks/08_real_llm.ipynb", Q41, q4_1_step),
+    ("notebooks/08_real_llm.ipynb", Q41F, lambda run: q4_1_step(run, Q41F)),
+    ("notebooks/08_real_llm.ipynb", Q41F_SUITE, fused_suite),
     ("docs/suite.md", Q41_SUITE, lambda run: "`suffix` gains {:.2f}x overall over q4_1 plain at T = 0 and {:.2f}x at "
      "T = 1 ({:.2f}x and {:.2f}x over int4 plain)".format(
          overall(run(Q41_SUITE), "suffix@auto", "t0"), overall(run(Q41_SUITE), "suffix@auto", "t1.0"),
