@@ -128,8 +128,6 @@ QUOTES = [  # (file, the run's JSON, the quoted text from it: a function of load
     ("README.md", CHAT, lambda run: chat_table(run(CHAT))),
     ("README.md", CHAT, lambda run: "about the CPU run's τ, {:.2f} at T = 0 and {:.2f} at T = 1".format(
         overall(run(CHAT), "suffix@auto", "t0", "tau"), overall(run(CHAT), "suffix@auto", "t1.0", "tau"))),
-    ("README.md", CHAT, lambda run: "at T = 1 the default draft gains {:.2f}x overall".format(
-        overall(run(CHAT), "suffix@auto", "t1.0"))),
     ("README.md", FORMATS, lambda run: "int4 steps at {:.1f} tokens/s where the readable float32 model steps at {:.1f}"
      .format(fmt_of(run(FORMATS), "int4")["tok_s"], fmt_of(run(FORMATS), "eager float32")["tok_s"])),
     ("docs/suite.md", "suite_cpu.json", lambda run: "At T = 1 its speedup is {} to {}".format(*span(
