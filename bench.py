@@ -13,6 +13,7 @@ speedup that Leviathan et al. 2023, Theorem 3.8, predicts from the measured acce
     python bench.py --target smollm2 --hf --k 2 --settings t0 --max_new_tokens 64   # and transformers on its file
     python bench.py --suite                           # which draft for which kind of text (benchmarks/suite.py)
     python bench.py --target smollm2 --suite --hf     # the same on the real model's requests, beside transformers
+    python bench.py --target smollm2 --suite --peer llamacpp   # ... beside llama.cpp (scripts/setup_llamacpp.sh)
 
 Each mode lives in benchmarks/ (the K sweep in sweep.py, --suite in suite.py, ...; benchmarks/__init__.py lists
 them), and Theorem 3.8, which every table stands beside, in benchmarks/theory.py. For each setting and K the sweep
@@ -54,6 +55,8 @@ import data  # noqa: F401  (scripts/speed_vs.py reads data, load, with_decoder, 
 #                          in every commit it compares with)
 from benchmarks.common import CHAT_PROMPTS, SETTINGS, held_out_prompts, machine  # noqa: F401
 from benchmarks.hf import suite_against_hf
+from benchmarks.peers import LlamaCppPeer, suite_against_peer
+import pretrained
 from benchmarks.suite import CHAT_DRAFTS, suite_report
 from benchmarks.sweep import run as sweep
 from benchmarks.trees import tree_report, tree_shape
@@ -135,6 +138,10 @@ def get_args(argv=None):
                     help="also time transformers on the same model (see compare_with_hf): its assisted generation "
                          "(generate(assistant_model=...)) on the exported pair, or, for a GGUF target, its plain "
                          "generate() on the same file against our plain sampling")
+    ap.add_argument("--peer", choices=["llamacpp"], default=None,
+                    help="with --target smollm2 --suite: also run another engine on the same file and requests, "
+                         "interleaved with ours prompt by prompt (benchmarks/peers.py): llamacpp, llama.cpp's Python "
+                         "binding in the venv scripts/setup_llamacpp.sh builds, plain and its prompt lookup")
     args = ap.parse_args(argv)
     args.k = args.k or ("4" if args.suite else "1,2,3,4,5,6,7,8,auto")
     args.settings = args.settings or ("t0,t1.0" if args.suite else ",".join(SETTINGS))
@@ -150,6 +157,8 @@ def get_args(argv=None):
             print(f"--suite leaves out {', '.join(missing)}: no trained weights here "
                   f"({', '.join(os.path.relpath(DRAFTS[name].weights) for name in missing)}; train_draft.py trains them)")
         args.draft = ",".join([SHIPPED["draft"], *[name for name in named if name not in missing]])
+    if args.peer and not (args.suite and chat_suite):
+        ap.error(f"--peer {args.peer} replays the real model's suite: add --target smollm2 --suite")
     if args.export_requests and not (args.target and is_gguf(args.target)):
         ap.error("--export_requests writes the real model's suite (benchmarks/chat_tasks.py): add --target smollm2")
     if args.suite and (args.batch or args.tree_shapes or args.profile or args.init_from or (args.hf and not chat_suite)):
@@ -208,7 +217,11 @@ def main(argv=None):
         return tree_report(args, target, tmeta)
     if args.suite:
         rows = suite_report(args, target, tmeta)
-        return (rows, suite_against_hf(args, target, tmeta)) if args.hf else rows
+        peers = [suite_against_hf(args, target, tmeta)] if args.hf else []
+        if args.peer:
+            peer = LlamaCppPeer(pretrained.find(args.target), torch.get_num_threads())
+            peers.append(suite_against_peer(args, target, tmeta, peer))
+        return (rows, *peers) if peers else rows
     return sweep(args, target, tmeta)
 
 

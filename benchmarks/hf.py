@@ -1,20 +1,18 @@
 """
 bench.py --hf: transformers beside ours on the same model (engine/hf.py): its assisted generation against ours on
 the exported pair, or its plain generate() on the same GGUF file against our plain sampling; with --suite, on a
-chat model's requests by category, also its prompt lookup against our lookup drafts (suite_against_hf).
+chat model's requests by category, also its prompt lookup against our lookup drafts (suite_against_hf: transformers
+as one of benchmarks/peers.py's peers).
 """
 
-import json
-import os
 import statistics
 import time
 
 import torch
 
-import data
 import pretrained
-from benchmarks.common import SETTINGS, Progress, machine
-from sample import is_gguf, shown
+from benchmarks.common import SETTINGS, machine
+from sample import is_gguf
 from speculative import autoregressive_generate, speculative_generate
 
 
@@ -91,92 +89,40 @@ def compare_with_hf(args, target, draft, prompts):
 
 
 def suite_against_hf(args, target, tmeta, ks=(4, 10)):
-    """bench.py --target smollm2 --suite --hf: the suite's requests (benchmarks/chat_tasks.py) through transformers
-    and through ours, on the same GGUF file, the same prompt ids and sampling, each answer ending with its turn (the
-    file's end-of-turn ids are HF's eos_token_id and our stop), interleaved prompt by prompt in one process:
-    HF's plain generate() against our plain sampling in --decoder's format, and HF's prompt lookup
-    (generate(prompt_lookup_num_tokens=k) for each k in ks, its default max_matching_ngram_size) against our ngram
-    and suffix drafts with k="auto". transformers runs the file dequantized to float32 (its GGUF loader's; it has no
-    kernel for the file's Q4_1 blocks on a CPU). Per category and setting: tokens/s of each (total tokens / total
-    seconds over the category's prompts), the ratios, and at T = 0 whether every output equals its own side's plain
-    greedy (ours in its format, theirs in float32)."""
-    import transformers
-    from benchmarks.suite import chat_suite_prompts
-    from engine.fast import with_decoder
-    from engine.hf import load_gguf
-    from sample import make_draft
-    target = with_decoder(args.decoder[0], target)[0]  # ours as the suite ran it
-    tok = data.Tokenizer(tmeta["tokenizer"])
-    hf_target = load_gguf(pretrained.find(args.target)).to(args.device)
-    drafts = {"ngram": make_draft(args, "ngram", target), "suffix": make_draft(args, "suffix", target)}
-    tasks = chat_suite_prompts(tok, args.prompts)
-    eos = [ids[0] for ids in tok.stop]
-    n = args.max_new_tokens
+    """bench.py --target smollm2 --suite --hf: transformers as a peer on the suite's requests (benchmarks/peers.py
+    suite_against_peer: interleaved prompt by prompt, the same file, prompt ids and sampling): its plain generate()
+    against our plain sampling in --decoder's format, and its prompt lookup (generate(prompt_lookup_num_tokens=k) for
+    each k in ks, its default max_matching_ngram_size) against our ngram and suffix drafts with k="auto".
+    transformers runs the file dequantized to float32 (its GGUF loader's; it has no kernel for the file's Q4_1
+    blocks on a CPU)."""
+    from benchmarks.peers import suite_against_peer
+    return suite_against_peer(args, target, tmeta, HFPeer(pretrained.find(args.target), args.device, ks))
 
-    def ours(col, prompt, seed, sampling):  # -> (new tokens, seconds)
-        gen = torch.Generator(device=args.device).manual_seed(seed)
-        if col == "ours plain":
-            out, s = autoregressive_generate(target, prompt, n, generator=gen, stop=tok.stop, **sampling)
-        else:
-            name = col.split()[1].split("@")[0]
-            out, s = speculative_generate(target, drafts[name], prompt, n, k="auto", generator=gen, stop=tok.stop,
-                                          **sampling)
-        return out[0, prompt.size(1):].tolist(), s.total_time
 
-    def theirs(col, prompt, seed, sampling):  # -> (new tokens, seconds)
+class HFPeer:
+    """transformers on the same GGUF file, in this process (benchmarks/peers.py's peer interface)."""
+    name, flag, suffix = "HF", "hf", "_hf"
+
+    def __init__(self, path, device, ks=(4, 10)):
+        import transformers
+        from engine.hf import load_gguf
+        self.model, self.device, self.ks = load_gguf(path).to(device), device, list(ks)
+        self.version = transformers.__version__
+        self.lookups = [f"HF lookup@{k}" for k in ks]
+        self.caption = (f"HF transformers {self.version} on the same file (float32, its GGUF loader's); HF lookup@k = "
+                        "generate(prompt_lookup_num_tokens=k)")
+
+    def generate(self, col, prompt, n, eos, sampling, seed):  # -> (new token ids, seconds)
         hf_kw = dict(do_sample=False) if sampling["temperature"] == 0 else dict(
             do_sample=True, temperature=sampling["temperature"], top_p=sampling.get("top_p", 1.0), top_k=0)
         if col.startswith("HF lookup"):
             hf_kw["prompt_lookup_num_tokens"] = int(col.split("@")[1])
+        ids = torch.tensor([prompt], device=self.device)
         torch.manual_seed(seed)
         tic = time.perf_counter()
-        out = hf_target.generate(prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=n,
-                                 eos_token_id=eos, pad_token_id=eos[0], **hf_kw)
-        return out[0, prompt.size(1):].tolist(), time.perf_counter() - tic
+        out = self.model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=n, eos_token_id=eos,
+                                  pad_token_id=eos[0], **hf_kw)
+        return out[0, ids.size(1):].tolist(), time.perf_counter() - tic
 
-    lookups = [f"HF lookup@{k}" for k in ks]
-    cols = ["ours plain", "HF plain", "ours ngram@auto", "ours suffix@auto", *lookups]
-    first = next(iter(tasks.values()))[0][0]
-    for col in cols:  # warm-up: kernels, allocator
-        (ours if col.startswith("ours") else theirs)(col, first[:, :32], 0, SETTINGS["t0"])
-    rows, progress = [], Progress("--hf", len(tasks) * len(args.settings))
-    for cat, prompts in tasks.items():
-        for st in args.settings:
-            sampling = SETTINGS[st]
-            tokens, seconds, equal = {c: 0 for c in cols}, {c: 0.0 for c in cols}, {c: True for c in cols}
-            for i, (prompt, _) in enumerate(prompts):
-                prompt = prompt.to(args.device)
-                outs = {}
-                for col in cols:
-                    new, sec = (ours if col.startswith("ours") else theirs)(col, prompt, 1000 + i, sampling)
-                    outs[col] = new
-                    tokens[col] += len(new)
-                    seconds[col] += sec
-                for col in cols:  # greedy: every output is its own side's plain greedy
-                    equal[col] = equal[col] and outs[col] == outs["ours plain" if col.startswith("ours") else "HF plain"]
-            tps = {c: tokens[c] / seconds[c] for c in cols}
-            rows.append(dict(category=cat, setting=st, tps=tps,
-                             greedy_equal=({c: equal[c] for c in cols} if sampling["temperature"] == 0 else None)))
-            progress.step(f"{cat}, {st}")
-    print(f"\nHF transformers {transformers.__version__} on the same file (float32, its GGUF loader's) against ours "
-          f"({target.about}, {args.decoder[0]} decoder), the suite's requests, answers of at most {n} tokens ending "
-          f"with their turn, one pass, interleaved prompt by prompt; HF lookup@k = "
-          f"generate(prompt_lookup_num_tokens=k); device {args.device}; {machine()}")
-    best = lambda t: max(t[c] for c in lookups)  # HF's faster lookup in this row
-    print("| category | setting | " + " | ".join(f"{c} tok/s" for c in cols)
-          + " | ours plain / HF plain | ours ngram / best HF lookup | ours suffix / best HF lookup | greedy equal |")
-    print("|---|---|" + "---|" * (len(cols) + 4))
-    for r in rows + [dict(category="overall (mean)", setting=st, greedy_equal=None, tps={
-            c: statistics.mean(x["tps"][c] for x in rows if x["setting"] == st) for c in cols}) for st in args.settings]:
-        t = r["tps"]
-        eq = "-" if r["greedy_equal"] is None else (
-            "yes" if all(r["greedy_equal"].values()) else "NO: " + ", ".join(c for c, e in r["greedy_equal"].items() if not e))
-        print(f"| {r['category']} | {r['setting']} | " + " | ".join(f"{t[c]:.1f}" for c in cols)
-              + f" | {t['ours plain'] / t['HF plain']:.2f}x | {t['ours ngram@auto'] / best(t):.2f}x | "
-              f"{t['ours suffix@auto'] / best(t):.2f}x | {eq} |")
-    if args.json:
-        path = os.path.splitext(args.json)[0] + "_hf.json"
-        with open(path, "w") as fh:
-            json.dump(dict(target=shown(args.target), decoder=args.decoder[0], about=target.about, machine=machine(),
-                           transformers=transformers.__version__, ks=list(ks), rows=rows), fh, indent=1)
-    return rows
+    def record(self):
+        return dict(transformers=self.version, ks=self.ks)
