@@ -325,7 +325,8 @@ torch::Tensor layer_rows(torch::Tensor x, torch::Tensor ln1, std::vector<torch::
   const float e = static_cast<float>(eps);
   auto out = x.clone();  // the residual stream, a new tensor (a kept layer's output stays as it was)
   float* xr = out.data_ptr<float>();
-  std::vector<float> h(T * std::max(wqkv.K, wfc.K)), a(T * std::max(Nq, wfc.N)), y(T * std::max(wproj.K, wdown.K));
+  std::vector<float> h(T * std::max(wqkv.K, wfc.K)), a(T * std::max(Nq, wfc.N));
+  std::vector<float> y(T * std::max(wproj.K, wdown.K), 0.0f);  // a product's input, zero in its padding columns
   std::vector<float> q(T * nh * hs), o(T * C);
   // attention: norm, q k v, RoPE, the cache, each query alone
   rms_rows(xr, T, C, ln1.data_ptr<float>(), e, h.data(), wqkv.K);
@@ -341,7 +342,6 @@ torch::Tensor layer_rows(torch::Tensor x, torch::Tensor ln1, std::vector<torch::
     for (int64_t t = 0; t < T; t++)
       std::copy_n(a.data() + t * Nq + (nh + nkv + g) * hs, hs, vp + g * v.stride(0) + (start + t) * v.stride(1));
   }
-  std::fill(y.begin(), y.end(), 0.0f);
   std::vector<float> att(T * nh * hs, 0.0f);
   attend(q.data(), T, nh, hs, kp, k.stride(0), k.stride(1), vp, v.stride(0), v.stride(1), nkv, S,
          static_cast<float>(std::pow(static_cast<double>(hs), -0.5)), att.data());
