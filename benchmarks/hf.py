@@ -112,7 +112,7 @@ class HFPeer:
         self.caption = (f"HF transformers {self.version} on the same file (float32, its GGUF loader's); HF lookup@k = "
                         "generate(prompt_lookup_num_tokens=k)")
 
-    def generate(self, col, prompt, n, eos, sampling, seed):  # -> (new token ids, seconds)
+    def generate(self, col, prompt, n, eos, sampling, seed):  # -> (new token ids, seconds, info: none kept)
         hf_kw = dict(do_sample=False) if sampling["temperature"] == 0 else dict(
             do_sample=True, temperature=sampling["temperature"], top_p=sampling.get("top_p", 1.0), top_k=0)
         if col.startswith("HF lookup"):
@@ -122,7 +122,10 @@ class HFPeer:
         tic = time.perf_counter()
         out = self.model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=n, eos_token_id=eos,
                                   pad_token_id=eos[0], **hf_kw)
-        return out[0, ids.size(1):].tolist(), time.perf_counter() - tic
+        return out[0, ids.size(1):].tolist(), time.perf_counter() - tic, {}
 
     def record(self):
         return dict(transformers=self.version, ks=self.ks)
+
+    def close(self):
+        pass

@@ -8,7 +8,8 @@ stdin, one reply a line on stdout:
            llama-cpp-python's LlamaPromptLookupDecoding(num_pred_tokens=k)
     {"op": "generate", "col": "plain" | "lookup@k", "tokens": [ids], "n": 128, "eos": [ids], "seed": 1000,
      "temperature": 0.0, "top_p": 1.0, "top_k": 0}
-        -> {"tokens": [new ids, the end of turn included], "seconds": from the prompt's ids to the last token}
+        -> {"tokens": [new ids, the end of turn included], "seconds": from the prompt's ids to the last token,
+            "ttft": seconds to the first token}
 
 A failure answers {"error": "one line"}. temperature 0 is llama.cpp's greedy sampler; otherwise its temperature with
 top_k 0 and min_p 0 (off), as ours. Each request is read whole: the binding's prompt cache (the longest prefix
@@ -50,13 +51,14 @@ def generate(llm, msg):
     t = msg["temperature"]
     sampling = dict(temp=t, top_k=msg["top_k"] if t > 0 else 1, top_p=msg["top_p"], min_p=0.0, typical_p=1.0,
                     repeat_penalty=1.0)
-    out, eos = [], set(msg["eos"])
+    out, eos, ttft = [], set(msg["eos"]), None
     tic = time.perf_counter()
     for token in llm.generate(msg["tokens"], **sampling):
+        ttft = time.perf_counter() - tic if ttft is None else ttft
         out.append(token)
         if token in eos or len(out) == msg["n"]:
             break
-    return dict(tokens=out, seconds=time.perf_counter() - tic)
+    return dict(tokens=out, seconds=time.perf_counter() - tic, ttft=ttft)
 
 
 if __name__ == "__main__":

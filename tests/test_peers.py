@@ -1,6 +1,7 @@
-"""bench.py --peer llamacpp without llama.cpp: its server (benchmarks/llamacpp_peer.py) and client (benchmarks/peers.py)
-speak through a stand-in llama_cpp package that answers as the binding does, the table is made from a recorded run's
-JSON, and a machine without the peer's venv gets one line that says how to build it."""
+"""bench.py --peer llamacpp|vllm without llama.cpp or vLLM: each server (benchmarks/llamacpp_peer.py,
+benchmarks/vllm_peer.py) and its client (benchmarks/peers.py) speak through a stand-in package that answers as the
+real one does, the tables are made from recorded runs' JSON, and a machine without a peer's venv gets one line that
+says how to make it."""
 
 import json
 import os
@@ -9,8 +10,8 @@ import textwrap
 
 import pytest
 
-from benchmarks import llamacpp_peer
-from benchmarks.peers import LlamaCppPeer, print_table
+from benchmarks import llamacpp_peer, vllm_peer
+from benchmarks.peers import LlamaCppPeer, VLLMPeer, print_rounds_table, print_table
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -62,7 +63,7 @@ def test_the_server_answers_a_line_a_request_and_stops_at_the_end_of_turn(stand_
     llamacpp_peer.serve(lines, out.append)
     load, plain, lookup, missing, unknown = map(json.loads, out)
     assert load == dict(version="0.0-stand-in", system_info="AVX2 = 1 | stand-in")
-    assert plain["tokens"] == [5, 6, 7, 2] and plain["seconds"] >= 0  # the end of turn kept, then stopped
+    assert plain["tokens"] == [5, 6, 7, 2] and plain["seconds"] >= plain["ttft"] >= 0  # the end of turn kept, then stopped
     assert lookup["tokens"] == [5, 6]  # at most n
     assert "lookup@9" in missing["error"] and "nonsense" in unknown["error"]
     greedy, sampled = llama_cpp.calls
@@ -77,8 +78,8 @@ def test_the_client_runs_the_server_in_another_python_and_reports_its_errors(sta
     peer = LlamaCppPeer("m.gguf", 2, ks=(4, 10), python=sys.executable)
     assert peer.lookups == ["llama.cpp lookup@4", "llama.cpp lookup@10"]
     assert "llama-cpp-python 0.0-stand-in (AVX2 = 1 | stand-in)" in peer.caption
-    tokens, seconds = peer.generate("llama.cpp lookup@10", [1, 2], 8, [7], dict(temperature=0.0), 3)
-    assert tokens == [5, 6, 7] and seconds >= 0
+    tokens, seconds, info = peer.generate("llama.cpp lookup@10", [1, 2], 8, [7], dict(temperature=0.0), 3)
+    assert tokens == [5, 6, 7] and seconds >= info["ttft"] >= 0
     assert peer.record()["llama_cpp_python"] == "0.0-stand-in"
     with pytest.raises(SystemExit, match="--peer llamacpp: KeyError"):
         peer.generate("llama.cpp lookup@3", [1], 8, [7], dict(temperature=0.0), 3)
@@ -89,7 +90,7 @@ def test_the_client_runs_the_server_in_another_python_and_reports_its_errors(sta
 
 
 def test_without_the_peers_venv_one_line_says_how_to_build_it(tmp_path):
-    with pytest.raises(SystemExit, match="bash scripts/setup_llamacpp.sh builds it"):
+    with pytest.raises(SystemExit, match="bash scripts/setup_llamacpp.sh makes it"):
         LlamaCppPeer("m.gguf", 2, python=str(tmp_path / "bin" / "python"))
 
 
@@ -120,3 +121,126 @@ def test_a_peer_replays_the_real_models_suite_only(capsys):
     with pytest.raises(SystemExit):
         bench.get_args(["--peer", "llamacpp", "--suite"])  # the shipped pair's suite: no requests to replay
     assert "--peer llamacpp replays the real model's suite: add --target smollm2 --suite" in capsys.readouterr().err
+
+
+# a stand-in for vLLM: LLM(folder, **kw).generate(prompt, params) answers 5, 6, 7, 2, 9, 9, ... cut at max_tokens and
+# after a stop token id (kept, as vLLM keeps it), and its counters count one round that drafted and kept 3 per request
+# when a speculative config was given
+VLLM = '''
+__version__ = "0.0-stand-in"
+made = []
+class Metric:
+    def __init__(self, name, value):
+        self.name, self.value = name, value
+class Vector:
+    name, values = "vllm:spec_decode_num_accepted_tokens_per_pos", [1, 0]  # as vLLM's: no .value
+class Output:
+    def __init__(self, ids):
+        self.token_ids = ids
+class Metrics:
+    first_token_latency = 0.001
+class Request:
+    def __init__(self, ids):
+        self.outputs, self.metrics = [Output(ids)], Metrics()
+class LLM:
+    def __init__(self, folder, **kw):
+        self.folder, self.kw, self.asked, self.rounds = folder, kw, [], 0
+        made.append(self)
+    def get_metrics(self):
+        if not self.kw["speculative_config"]:
+            return [Vector()]
+        return [Vector(), Metric("vllm:spec_decode_num_drafts", self.rounds),
+                Metric("vllm:spec_decode_num_accepted_tokens", 3 * self.rounds)]
+    def generate(self, prompt, params, use_tqdm=True):
+        self.asked.append((prompt, params))
+        self.rounds += 1
+        out = []
+        for t in [5, 6, 7, 2] + [9] * 100:
+            out.append(t)
+            if t in params.stop_token_ids or len(out) == params.max_tokens:
+                break
+        return [Request(out)]
+class SamplingParams:
+    def __init__(self, **kw):
+        self.__dict__.update(kw)
+'''
+INPUTS = '''
+def TokensPrompt(prompt_token_ids):
+    return dict(prompt_token_ids=prompt_token_ids)
+'''
+
+
+@pytest.fixture
+def vllm_stand_in(tmp_path, monkeypatch):  # -> (the stand-in package's folder, a model folder already written)
+    package = tmp_path / "vllm"
+    package.mkdir()
+    (package / "__init__.py").write_text(textwrap.dedent(VLLM))
+    (package / "inputs.py").write_text(textwrap.dedent(INPUTS))
+    folder = tmp_path / "model"
+    folder.mkdir()
+    (folder / "model.safetensors").write_bytes(b"")  # written: to_folder leaves it, and transformers is never asked
+    monkeypatch.syspath_prepend(str(tmp_path))
+    for name in ("vllm", "vllm.inputs"):
+        monkeypatch.delitem(sys.modules, name, raising=False)
+    return tmp_path, str(folder)
+
+
+def test_the_vllm_server_answers_with_its_counters_share_of_each_request(vllm_stand_in, monkeypatch):
+    _, folder = vllm_stand_in
+    for name in ("OMP_NUM_THREADS", "VLLM_ENABLE_V1_MULTIPROCESSING", "VLLM_CPU_KVCACHE_SPACE", "VLLM_CPU_OMP_THREADS_BIND"):
+        monkeypatch.delenv(name, raising=False)  # load sets them for vLLM; put back after the test
+    import vllm
+    spec = dict(method="ngram", num_speculative_tokens=10, prompt_lookup_min=1, prompt_lookup_max=3)
+    ask = dict(op="generate", tokens=[1, 2, 3], n=10, eos=[2], seed=7, temperature=0.0, top_p=0.9, top_k=5)
+    out = []
+    vllm_peer.serve([json.dumps(dict(op="load", gguf="m.gguf", folder=folder, threads=2, speculative_config=spec)),
+                     json.dumps(ask), json.dumps(ask | dict(n=2, temperature=1.0)), json.dumps(dict(op="nonsense"))],
+                    out.append)
+    load, greedy, sampled, unknown = map(json.loads, out)
+    assert load["version"] == "0.0-stand-in" and load["folder"] == folder
+    assert greedy["tokens"] == [5, 6, 7, 2] and greedy["ttft"] == 0.001 and greedy["seconds"] >= 0
+    assert (greedy["drafts"], greedy["accepted"]) == (1, 3) == (sampled["drafts"], sampled["accepted"])  # each its own
+    assert sampled["tokens"] == [5, 6] and "nonsense" in unknown["error"]
+    llm, = vllm.made
+    assert llm.folder == folder and llm.kw["speculative_config"] == spec and llm.kw["dtype"] == "float32"
+    assert llm.kw["enable_prefix_caching"] is False and os.environ["OMP_NUM_THREADS"] == "2"
+    (p0, g), (p1, s) = llm.asked
+    assert p0 == dict(prompt_token_ids=[1, 2, 3]) and g.seed == 7 and g.stop_token_ids == [2] and g.max_tokens == 10
+    assert g.temperature == 0.0 and g.top_p == 1.0 and g.top_k == 0  # greedy: no truncation asked
+    assert s.temperature == 1.0 and s.top_p == 0.9 and s.top_k == 5
+
+
+def test_the_vllm_client_runs_a_server_a_column_and_says_when_one_fails(vllm_stand_in, monkeypatch):
+    path, folder = vllm_stand_in
+    monkeypatch.setenv("PYTHONPATH", str(path))
+    configs = {"ngram@10": dict(method="ngram", num_speculative_tokens=10)}
+    peer = VLLMPeer("m.gguf", 2, configs=configs, python=sys.executable, folder=folder)
+    assert peer.lookups == ["vLLM ngram@10"] and set(peer.servers) == {"plain", "ngram@10"}
+    assert "vLLM 0.0-stand-in" in peer.caption and '"num_speculative_tokens": 10' in peer.caption
+    tokens, seconds, info = peer.generate("vLLM ngram@10", [1, 2], 8, [7], dict(temperature=0.0), 3)
+    assert tokens == [5, 6, 7] and info == dict(ttft=0.001, drafts=1, accepted=3)
+    tokens, seconds, info = peer.generate("vLLM plain", [1, 2], 3, [7], dict(temperature=1.0, top_p=0.9), 3)
+    assert tokens == [5, 6, 7] and info == dict(ttft=0.001, drafts=None, accepted=None)  # plain: no rounds counted
+    assert peer.record()["configs"] == configs
+    peer.servers["ngram@10"].proc.kill()
+    peer.servers["ngram@10"].proc.wait()
+    with pytest.raises(SystemExit, match="--peer vllm: its process ended"):
+        peer.generate("vLLM ngram@10", [1], 8, [7], dict(temperature=0.0), 3)
+    peer.close()
+    assert all(server.proc.poll() is not None for server in peer.servers.values())  # every server ended
+
+
+def test_without_the_vllm_venv_one_line_says_how_to_make_it(tmp_path):
+    with pytest.raises(SystemExit, match="bash scripts/setup_vllm.sh makes it"):
+        VLLMPeer("m.gguf", 2, python=str(tmp_path / "bin" / "python"))
+
+
+def test_the_rounds_table_shows_only_what_a_column_reported(capsys):
+    rows = [dict(category="code", setting="t0", ttft_ms={"ours plain": 41.4, "vLLM plain": 120.0},
+                 tau={"ours suffix@auto": 2.5, "vLLM suffix@16": 3.125})]
+    print_rounds_table(rows, ["ours plain", "vLLM plain", "ours suffix@auto", "vLLM suffix@16"])
+    assert capsys.readouterr().out.splitlines()[1:] == [
+        "| category | setting | ours plain first token ms | vLLM plain first token ms | ours suffix@auto tau | "
+        "vLLM suffix@16 tau |", "|---|---|---|---|---|---|", "| code | t0 | 41 | 120 | 2.50 | 3.12 |"]
+    print_rounds_table([dict(category="code", setting="t0")], ["ours plain"])  # a run recorded before: no table
+    assert capsys.readouterr().out == ""
