@@ -14,6 +14,7 @@ speedup that Leviathan et al. 2023, Theorem 3.8, predicts from the measured acce
     python bench.py --suite                           # which draft for which kind of text (benchmarks/suite.py)
     python bench.py --target smollm2 --suite --hf     # the same on the real model's requests, beside transformers
     python bench.py --target smollm2 --suite --peer llamacpp   # ... beside llama.cpp (scripts/setup_llamacpp.sh)
+    python bench.py --target smollm2 --suite --peer llama-server  # ... beside llama.cpp's C++ server and lookups
     python bench.py --target smollm2 --suite --peer vllm       # ... beside vLLM's CPU build (scripts/setup_vllm.sh)
 
 Each mode lives in benchmarks/ (the K sweep in sweep.py, --suite in suite.py, ...; benchmarks/__init__.py lists
@@ -56,7 +57,7 @@ import data  # noqa: F401  (scripts/speed_vs.py reads data, load, with_decoder, 
 #                          in every commit it compares with)
 from benchmarks.common import CHAT_PROMPTS, SETTINGS, held_out_prompts, machine  # noqa: F401
 from benchmarks.hf import suite_against_hf
-from benchmarks.peers import LlamaCppPeer, VLLMPeer, suite_against_peer
+from benchmarks.peers import LlamaCppPeer, LlamaServerPeer, VLLMPeer, suite_against_peer
 import pretrained
 from benchmarks.suite import CHAT_DRAFTS, suite_report
 from benchmarks.sweep import run as sweep
@@ -139,11 +140,13 @@ def get_args(argv=None):
                     help="also time transformers on the same model (see compare_with_hf): its assisted generation "
                          "(generate(assistant_model=...)) on the exported pair, or, for a GGUF target, its plain "
                          "generate() on the same file against our plain sampling")
-    ap.add_argument("--peer", choices=["llamacpp", "vllm"], default=None,
+    ap.add_argument("--peer", choices=["llamacpp", "llama-server", "vllm"], default=None,
                     help="with --target smollm2 --suite: also run another engine on the same file and requests, "
                          "interleaved with ours prompt by prompt (benchmarks/peers.py): llamacpp, llama.cpp's Python "
-                         "binding in the venv scripts/setup_llamacpp.sh builds, plain and its prompt lookup; vllm, "
-                         "vLLM's CPU build in the venv scripts/setup_vllm.sh makes, plain, ngram and suffix")
+                         "binding in the venv scripts/setup_llamacpp.sh builds, plain and its prompt lookup; "
+                         "llama-server, llama.cpp's C++ server (setup_llamacpp.sh --server), plain and its C++ "
+                         "lookups; vllm, vLLM's CPU build in the venv scripts/setup_vllm.sh makes, plain, ngram and "
+                         "suffix")
     args = ap.parse_args(argv)
     args.k = args.k or ("4" if args.suite else "1,2,3,4,5,6,7,8,auto")
     args.settings = args.settings or ("t0,t1.0" if args.suite else ",".join(SETTINGS))
@@ -221,8 +224,8 @@ def main(argv=None):
         rows = suite_report(args, target, tmeta)
         peers = [suite_against_hf(args, target, tmeta)] if args.hf else []
         if args.peer:
-            peer = {"llamacpp": LlamaCppPeer, "vllm": VLLMPeer}[args.peer](pretrained.find(args.target),
-                                                                          torch.get_num_threads())
+            peer = {"llamacpp": LlamaCppPeer, "llama-server": LlamaServerPeer, "vllm": VLLMPeer}[args.peer](
+                pretrained.find(args.target), torch.get_num_threads())
             peers.append(suite_against_peer(args, target, tmeta, peer))
         return (rows, *peers) if peers else rows
     return sweep(args, target, tmeta)

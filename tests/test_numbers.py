@@ -116,6 +116,9 @@ def fused_suite(run):  # -> the suite on q4_1 with a block a call, beside the su
 PEER = "chat_suite_peers_avx2_llamacpp.json"  # llama.cpp's binding beside ours (bench.py --peer llamacpp)
 
 
+VLLM = "chat_suite_peers_vllm_avx2_vllm.json"  # vLLM's CPU build beside ours (bench.py --peer vllm)
+
+
 def peer_means(run, setting):  # -> {column: tokens/s}, the mean over the categories, as the table's overall row
     rows = [r for r in run["rows"] if r["setting"] == setting]
     return {c: statistics.mean(r["tps"][c] for r in rows) for c in rows[0]["tps"]}
@@ -125,8 +128,27 @@ def peer_ratios(run):  # -> (ours plain / its plain, ours suffix / its best look
     out = []
     for st in ("t0", "t1.0"):
         m = peer_means(run, st)
-        out.append((m["ours plain"] / m["llama.cpp plain"], m["ours suffix@auto"] / max(m[c] for c in run["lookups"])))
+        out.append((m["ours plain"] / m[f"{run['peer']} plain"],
+                    m["ours suffix@auto"] / max(m[c] for c in run["lookups"])))
     return out
+
+
+def peer_agreements(run):  # -> (categories where its lookups kept its own plain greedy text, of; prompts where its
+    t0 = [r for r in run["rows"] if r["setting"] == "t0"]  # plain greedy equalled ours, of) at T = 0
+    kept = sum(all(r["greedy_equal"][c] for c in run["lookups"]) for r in t0)
+    return kept, len(t0), sum(r["same_as_ours"] for r in t0), sum(r["prompts"] for r in t0)
+
+
+def vllm_text(run):
+    r = run(VLLM)
+    (p0, s0), (p1, _) = peer_ratios(r)
+    m0 = peer_means(r, "t0")
+    best = max(r["lookups"], key=lambda c: m0[c])
+    return ("On that CPU our plain ran at {:.2f}x vLLM's plain at T = 0 and {:.2f}x at T = 1 (the means over the "
+            "categories), and our `suffix` at {:.2f}x its best lookup at T = 0. Its lookups paid on its own plain at "
+            "T = 0 (`{}` {:.2f}x), kept its own greedy text in {} of {} categories, and its plain greedy equalled ours "
+            "on {} of {} prompts").format(p0, p1, s0, best.split()[-1], m0[best] / m0["vLLM plain"],
+                                          *peer_agreements(r))
 
 
 def peer_text(run):
@@ -147,6 +169,7 @@ QUOTES = [  # (file, the run's JSON, the quoted text from it: a function of load
         sum(r["prompts"] for r in run(PEER)["rows"] if r["setting"] == "t0"))),
     ("README.md", PEER, lambda run: "our plain ran at {:.2f}x its plain and our `suffix` at {:.2f}x its faster "
      "lookup at T = 0".format(*peer_ratios(run(PEER))[0])),
+    ("docs/engines.md", VLLM, vllm_text),
     ("README.md", BENCH_AMD, lambda run: "| AMD EPYC | float32 " + glance_row(run(BENCH_AMD), "fast")),
     ("README.md", BENCH_INTEL, lambda run: "| float32 " + glance_row(run(BENCH_INTEL), "fast")),
     ("README.md", BENCH_INTEL, lambda run: "| bfloat16 (`--decoder fast-bf16`) " + glance_row(run(BENCH_INTEL),

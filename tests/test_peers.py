@@ -11,7 +11,7 @@ import textwrap
 import pytest
 
 from benchmarks import llamacpp_peer, vllm_peer
-from benchmarks.peers import LlamaCppPeer, VLLMPeer, print_rounds_table, print_table
+from benchmarks.peers import LlamaCppPeer, LlamaServerPeer, VLLMPeer, print_rounds_table, print_table
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -94,26 +94,39 @@ def test_without_the_peers_venv_one_line_says_how_to_build_it(tmp_path):
         LlamaCppPeer("m.gguf", 2, python=str(tmp_path / "bin" / "python"))
 
 
-def test_the_table_of_a_recorded_run(capsys):
-    """The run BENCHMARKS.md pastes, its JSON read back into the table: a row per category and setting, the means,
-    the ratios from the tokens/s, and the agreements at T = 0."""
-    with open(os.path.join(ROOT, "notebooks", "chat_suite_peers_avx2_llamacpp.json")) as fh:
+@pytest.mark.parametrize("recorded", ["chat_suite_peers_avx2_llamacpp.json", "chat_suite_peers_vllm_avx2_vllm.json"])
+def test_the_table_of_a_recorded_run(recorded, capsys):
+    """The runs BENCHMARKS.md pastes, their JSON read back into the tables: a row per category and setting, the
+    means, the ratios from the tokens/s, the agreements at T = 0, and (where the run kept them) the first tokens and
+    tau."""
+    with open(os.path.join(ROOT, "notebooks", recorded)) as fh:
         run = json.load(fh)
-    rows, lookups = run["rows"], run["lookups"]
-    cols = ["ours plain", "llama.cpp plain", "ours ngram@auto", "ours suffix@auto", *lookups]
+    rows, lookups, name = run["rows"], run["lookups"], run["peer"]
+    cols = ["ours plain", f"{name} plain", "ours ngram@auto", "ours suffix@auto", *lookups]
     settings = list(dict.fromkeys(r["setting"] for r in rows))
-    print_table(rows, cols, "llama.cpp", lookups, settings)
+    print_table(rows, cols, name, lookups, settings)
+    print_rounds_table(rows, cols)
     out = capsys.readouterr().out.splitlines()
-    assert out[0].startswith("| category | setting | ours plain tok/s | llama.cpp plain tok/s |")
-    assert out[0].endswith("| greedy equal | llama.cpp plain = ours plain |")
-    body = [line.split(" | ") for line in out[2:]]
-    assert len(body) == len(rows) + len(settings) and all(len(b) == len(cols) + 7 for b in body)
+    assert out[0].startswith(f"| category | setting | ours plain tok/s | {name} plain tok/s |")
+    assert out[0].endswith(f"| greedy equal | {name} plain = ours plain |")
+    n = len(rows) + len(settings)
+    body = [line.split(" | ") for line in out[2:2 + n]]
+    assert all(len(b) == len(cols) + 7 for b in body)
     for r, b in zip(rows, body):
         t = r["tps"]
-        assert b[2 + len(cols)] == f"{t['ours plain'] / t['llama.cpp plain']:.2f}x"
+        assert b[2 + len(cols)] == f"{t['ours plain'] / t[f'{name} plain']:.2f}x"
         if r["setting"] == "t0":
             assert b[-1] == f"{r['same_as_ours']} of {r['prompts']} |" and 0 <= r["same_as_ours"] <= r["prompts"]
             assert r["greedy_equal"]["ours suffix@auto"] and r["greedy_equal"]["ours ngram@auto"]  # ours: always
+    rounds = out[2 + n:]
+    if "tau" not in rows[0]:  # recorded before the second table
+        assert rounds == []
+        return
+    assert rounds[1].startswith("| category | setting | ours plain first token ms | ") and len(rounds) == 3 + len(rows)
+    for r, line in zip(rows, rounds[3:]):
+        assert line.startswith(f"| {r['category']} | {r['setting']} | {r['ttft_ms']['ours plain']:.0f} | ")
+        assert all(tau >= 1 for tau in r["tau"].values())  # a round that drafted emits at least one token
+        assert set(r["tau"]) <= set(cols) - {"ours plain", f"{name} plain"}  # plain columns count no rounds
 
 
 def test_a_peer_replays_the_real_models_suite_only(capsys):
@@ -244,3 +257,87 @@ def test_the_rounds_table_shows_only_what_a_column_reported(capsys):
         "vLLM suffix@16 tau |", "|---|---|---|---|---|---|", "| code | t0 | 41 | 120 | 2.50 | 3.12 |"]
     print_rounds_table([dict(category="code", setting="t0")], ["ours plain"])  # a run recorded before: no table
     assert capsys.readouterr().out == ""
+
+
+# a stand-in for llama-server: its flags as llama.cpp's, /health, and /completion answering 5, 6, 7, 2, 9, ... cut at
+# n_predict and after token 2 (its end of generation, kept, as llama-server keeps it); the request it got echoed back
+LLAMA_SERVER = """#!{python}
+import json, sys
+from http.server import BaseHTTPRequestHandler, HTTPServer
+if "--version" in sys.argv:
+    sys.exit(print("version: 0 (stand-in)", file=sys.stderr))
+if "--spec-type" in sys.argv and sys.argv[sys.argv.index("--spec-type") + 1] == "broken":
+    sys.exit(print("error: unknown speculative type", file=sys.stderr) or 1)
+class Handler(BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.answer(dict(status="ok"))
+    def do_POST(self):
+        ask = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        out = []
+        for t in [5, 6, 7, 2] + [9] * 100:
+            out.append(t)
+            if t == 2 or len(out) == ask["n_predict"]:
+                break
+        self.answer(dict(tokens=out, timings=dict(prompt_ms=3.0), asked=ask, argv=sys.argv))
+    def answer(self, reply):
+        data = json.dumps(reply).encode()
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+    def log_message(self, *a):
+        pass
+HTTPServer(("127.0.0.1", int(sys.argv[sys.argv.index("--port") + 1])), Handler).serve_forever()
+"""
+
+
+@pytest.fixture
+def llama_server(tmp_path):  # -> a stand-in llama-server binary
+    binary = tmp_path / "llama-server"
+    binary.write_text(LLAMA_SERVER.format(python=sys.executable))
+    binary.chmod(0o755)
+    return str(binary)
+
+
+def test_llama_server_columns_each_start_a_server_with_their_flags(llama_server):
+    configs = {"ngram-simple@3/10": ["--spec-type", "ngram-simple", "--spec-ngram-simple-size-n", "3"]}
+    peer = LlamaServerPeer("m.gguf", 2, configs=configs, binary=llama_server)
+    try:
+        assert peer.lookups == ["llama-server ngram-simple@3/10"] and "version: 0 (stand-in)" in peer.caption
+        tokens, seconds, info = peer.generate("llama-server ngram-simple@3/10", [1, 2], 8, [2],
+                                              dict(temperature=1.0, top_p=0.9), 4)
+        assert tokens == [5, 6, 7, 2] and info == dict(ttft=0.003) and seconds > 0
+        tokens, _, _ = peer.generate("llama-server plain", [1], 3, [7], dict(temperature=0.0), 4)
+        assert tokens == [5, 6, 7]
+        asked = peer.servers["ngram-simple@3/10"].post("/completion", dict(n_predict=1))  # what the stand-in saw last
+        assert asked["argv"][asked["argv"].index("-m") + 1] == "m.gguf" and "-np" in asked["argv"]
+        assert asked["argv"][asked["argv"].index("--spec-type") + 1] == "ngram-simple"
+        plain = peer.servers["plain"].post("/completion", dict(n_predict=1))["argv"]
+        assert "--spec-type" not in plain and plain[plain.index("-t") + 1] == "2"
+    finally:
+        peer.close()
+    assert all(server.proc.poll() is not None for server in peer.servers.values())
+
+
+def test_llama_server_sends_the_request_as_ours_reads_it(llama_server, monkeypatch):
+    peer = LlamaServerPeer("m.gguf", 2, configs={}, binary=llama_server)
+    sent = []
+    post = peer.servers["plain"].post
+    monkeypatch.setattr(peer.servers["plain"], "post", lambda path, body: sent.append(body) or post(path, body))
+    try:
+        peer.generate("llama-server plain", [1, 2, 3], 8, [2], dict(temperature=1.0, top_p=0.9), 4)
+        peer.generate("llama-server plain", [1], 8, [2], dict(temperature=0.0), 5)
+    finally:
+        peer.close()
+    sampled, greedy = sent
+    assert sampled["prompt"] == [1, 2, 3] and sampled["n_predict"] == 8 and sampled["seed"] == 4
+    assert sampled["cache_prompt"] is False and sampled["return_tokens"] is True  # read whole; ids back
+    assert (sampled["temperature"], sampled["top_p"], sampled["top_k"], sampled["min_p"]) == (1.0, 0.9, 0, 0.0)
+    assert sampled["repeat_penalty"] == 1.0 and greedy["temperature"] == 0.0 and greedy["top_p"] == 1.0
+
+
+def test_llama_server_that_cannot_start_says_so_in_one_line(llama_server, tmp_path):
+    with pytest.raises(SystemExit, match="(?s)it ended while starting .*unknown speculative type"):
+        LlamaServerPeer("m.gguf", 2, configs={"x": ["--spec-type", "broken"]}, binary=llama_server)
+    with pytest.raises(SystemExit, match="bash scripts/setup_llamacpp.sh --server builds it"):
+        LlamaServerPeer("m.gguf", 2, binary=str(tmp_path / "nothing"))
