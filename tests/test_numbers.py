@@ -117,6 +117,7 @@ PEER = "chat_suite_peers_avx2_llamacpp.json"  # llama.cpp's binding beside ours 
 
 
 VLLM = "chat_suite_peers_vllm_avx2_vllm.json"  # vLLM's CPU build beside ours (bench.py --peer vllm)
+SERVER = "chat_suite_peers_server_avx2_llama_server.json"  # llama.cpp's C++ server (bench.py --peer llama-server)
 
 
 def peer_means(run, setting):  # -> {column: tokens/s}, the mean over the categories, as the table's overall row
@@ -162,14 +163,36 @@ def peer_text(run):
                      len(t0))
 
 
+def server_text(run):
+    r = run(SERVER)
+    (p0, s0), (p1, _) = peer_ratios(r)
+    m0 = peer_means(r, "t0")
+    return ("our plain ran at {:.2f}x its plain at T = 0 and {:.2f}x at T = 1, and our `suffix` at {:.2f}x its faster "
+            "C++ lookup at T = 0; its lookups ran at {:.2f}x its own plain at best, and changed its own greedy text in "
+            "{} of {} categories; its plain greedy equalled ours on {} of {} prompts").format(
+        p0, p1, s0, max(m0[c] for c in r["lookups"]) / m0["llama-server plain"],
+        *(lambda kept, n, same, prompts: (n - kept, n, same, prompts))(*peer_agreements(r)))
+
+
+def engines_row(run, name, label):  # -> the README's row for one engine, T = 0, means over the categories
+    r = run(name)
+    m = peer_means(r, "t0")
+    best = max(r["lookups"], key=lambda c: m[c])
+    kept, n, same, prompts = peer_agreements(r)
+    return "| {} | {:.1f} | {:.1f} (`{}`) | {:.2f}x | {:.2f}x | {} of {} | {} of {} |".format(
+        label, m[f"{r['peer']} plain"], m[best], best.split(" ", 1)[1], m["ours plain"] / m[f"{r['peer']} plain"],
+        m["ours suffix@auto"] / max(m[f"{r['peer']} plain"], m[best]), kept, n, same, prompts)
+
+
 QUOTES = [  # (file, the run's JSON, the quoted text from it: a function of load_run)
     ("docs/engines.md", PEER, lambda run: peer_text(run) + ": its verification computes a batch's rows otherwise "
      "than its one-token steps. Its plain greedy equalled ours on {} of {} prompts".format(
         sum(r["same_as_ours"] for r in run(PEER)["rows"] if r["setting"] == "t0"),
         sum(r["prompts"] for r in run(PEER)["rows"] if r["setting"] == "t0"))),
-    ("README.md", PEER, lambda run: "our plain ran at {:.2f}x its plain and our `suffix` at {:.2f}x its faster "
-     "lookup at T = 0".format(*peer_ratios(run(PEER))[0])),
     ("docs/engines.md", VLLM, vllm_text),
+    ("docs/engines.md", SERVER, server_text),
+    ("README.md", SERVER, lambda run: engines_row(run, SERVER, "llama.cpp, llama-server")),
+    ("README.md", VLLM, lambda run: engines_row(run, VLLM, "vLLM 0.32.0 (CPU build, float32)")),
     ("README.md", BENCH_AMD, lambda run: "| AMD EPYC | float32 " + glance_row(run(BENCH_AMD), "fast")),
     ("README.md", BENCH_INTEL, lambda run: "| float32 " + glance_row(run(BENCH_INTEL), "fast")),
     ("README.md", BENCH_INTEL, lambda run: "| bfloat16 (`--decoder fast-bf16`) " + glance_row(run(BENCH_INTEL),
