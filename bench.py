@@ -226,7 +226,10 @@ def main(argv=None):
         if args.peer:
             peer = {"llamacpp": LlamaCppPeer, "llama-server": LlamaServerPeer, "vllm": VLLMPeer}[args.peer](
                 pretrained.find(args.target), torch.get_num_threads())
-            peers.append(suite_against_peer(args, target, tmeta, peer))
+            try:
+                peers.append(suite_against_peer(args, target, tmeta, peer))
+            finally:  # a server left running would outlive the run (llama-server holds its port)
+                peer.close()
         return (rows, *peers) if peers else rows
     return sweep(args, target, tmeta)
 

@@ -126,6 +126,3 @@ class HFPeer:
 
     def record(self):
         return dict(transformers=self.version, ks=self.ks)
-
-    def close(self):
-        pass

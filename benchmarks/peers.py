@@ -8,7 +8,7 @@ the same model, prompt ids and sampling, interleaved prompt by prompt (suite_aga
     record()   -> a dict for the run's JSON (versions, build)
     generate(col, prompt ids, n, eos ids, sampling, seed) -> (new token ids, seconds, info): info may hold "ttft"
                (seconds to the first token) and "drafts" and "accepted" (rounds that drafted, drafts kept)
-    close()
+    close()    (a peer with servers) ends them; its caller's, in a finally, so none outlives a failed run
 
 benchmarks/hf.py makes transformers one (in this process). The other two run in venvs of their own, where a server
 answers a JSON line at a time (Server below), so the project never imports their packages: LlamaCppPeer talks to
@@ -120,7 +120,6 @@ def suite_against_peer(args, target, tmeta, peer):
         with open(path, "w") as fh:
             json.dump(dict(target=shown(args.target), decoder=args.decoder[0], about=target.about, machine=machine(),
                            **peer.record(), rows=rows), fh, indent=1)
-    peer.close()
     return rows
 
 
@@ -188,11 +187,15 @@ class Server:
     def close(self):  # end of input: the server's loop ends and the process exits
         if self.proc.poll() is None:
             self.proc.stdin.close()
-            try:
-                self.proc.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+            end(self.proc, 60)
+
+
+def end(proc, timeout):  # wait for a process asked to stop; kill it past the timeout
+    try:
+        proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
 
 
 def peer_python(python, venv, env_name, flag, setup, minutes):  # -> the peer's Python, or one line on how to make it
@@ -214,7 +217,6 @@ class LlamaCppPeer:
     def __init__(self, model_path, threads, ks=(4, 10), python=None):
         python = peer_python(python, LLAMACPP_VENV, "LLAMACPP_PYTHON", self.flag, "scripts/setup_llamacpp.sh", 13)
         self.server = Server(python, "llamacpp_peer.py", self.flag)
-        self.proc = self.server.proc
         self.lookups = [f"llama.cpp lookup@{k}" for k in ks]
         self.info = self.server.call(dict(op="load", model=model_path, threads=threads, lookups=list(ks)))
         self.caption = (f"llama.cpp through llama-cpp-python {self.info['version']} ({self.info['system_info']}) on "
@@ -333,11 +335,7 @@ class HTTPServer:
     def close(self):
         if self.proc.poll() is None:
             self.proc.terminate()
-            try:
-                self.proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+            end(self.proc, 30)
 
 
 # vLLM's speculative columns: docs/engines.md's settings nearest our drafts, then vLLM's own defaults for the same

@@ -83,8 +83,8 @@ def test_the_client_runs_the_server_in_another_python_and_reports_its_errors(sta
     assert peer.record()["llama_cpp_python"] == "0.0-stand-in"
     with pytest.raises(SystemExit, match="--peer llamacpp: KeyError"):
         peer.generate("llama.cpp lookup@3", [1], 8, [7], dict(temperature=0.0), 3)
-    peer.proc.kill()  # as a crash would (SIGILL in a kernel the build chose)
-    peer.proc.wait()
+    peer.server.proc.kill()  # as a crash would (SIGILL in a kernel the build chose)
+    peer.server.proc.wait()
     with pytest.raises(SystemExit, match="its process ended"):
         peer.generate("llama.cpp plain", [1], 8, [7], dict(temperature=0.0), 3)
 
