@@ -114,8 +114,6 @@ def fused_suite(run):  # -> the suite on q4_1 with a block a call, beside the su
         plain_tps(run(Q41F_SUITE)), plain_tps(run(Q41_SUITE)))
 
 PEER = "chat_suite_peers_avx2_llamacpp.json"  # llama.cpp's binding beside ours (bench.py --peer llamacpp)
-
-
 VLLM = "chat_suite_peers_vllm_avx2_vllm.json"  # vLLM's CPU build beside ours (bench.py --peer vllm)
 SERVER = "chat_suite_peers_server_avx2_llama_server.json"  # llama.cpp's C++ server (bench.py --peer llama-server)
 
@@ -154,24 +152,24 @@ def vllm_text(run):
 
 def peer_text(run):
     (p0, s0), (p1, s1) = peer_ratios(run(PEER))
-    t0 = [r for r in run(PEER)["rows"] if r["setting"] == "t0"]
+    kept, n, same, prompts = peer_agreements(run(PEER))
     return ("our plain ran at {:.2f}x its plain at T = 0 and {:.2f}x at T = 1 (the means over the categories), and our "
             "`suffix` at {:.2f}x its faster lookup at T = 0 and {:.2f}x at T = 1. The binding's lookup "
             "(`LlamaPromptLookupDecoding`, num_pred_tokens 4 and 10, drafting in Python) was slower than its own plain "
             "in every category, and its greedy text differed from its own plain greedy in {} of {} categories at T = 0"
-            ).format(p0, p1, s0, s1, sum(not all(v for c, v in r["greedy_equal"].items() if "lookup" in c) for r in t0),
-                     len(t0))
+            ": its verification computes a batch's rows otherwise than its one-token steps. Its plain greedy equalled "
+            "ours on {} of {} prompts").format(p0, p1, s0, s1, n - kept, n, same, prompts)
 
 
 def server_text(run):
     r = run(SERVER)
     (p0, s0), (p1, _) = peer_ratios(r)
     m0 = peer_means(r, "t0")
+    kept, n, same, prompts = peer_agreements(r)
     return ("our plain ran at {:.2f}x its plain at T = 0 and {:.2f}x at T = 1, and our `suffix` at {:.2f}x its faster "
             "C++ lookup at T = 0; its lookups ran at {:.2f}x its own plain at best, and changed its own greedy text in "
             "{} of {} categories; its plain greedy equalled ours on {} of {} prompts").format(
-        p0, p1, s0, max(m0[c] for c in r["lookups"]) / m0["llama-server plain"],
-        *(lambda kept, n, same, prompts: (n - kept, n, same, prompts))(*peer_agreements(r)))
+        p0, p1, s0, max(m0[c] for c in r["lookups"]) / m0["llama-server plain"], n - kept, n, same, prompts)
 
 
 def engines_row(run, name, label):  # -> the README's row for one engine, T = 0, means over the categories
@@ -185,10 +183,7 @@ def engines_row(run, name, label):  # -> the README's row for one engine, T = 0,
 
 
 QUOTES = [  # (file, the run's JSON, the quoted text from it: a function of load_run)
-    ("docs/engines.md", PEER, lambda run: peer_text(run) + ": its verification computes a batch's rows otherwise "
-     "than its one-token steps. Its plain greedy equalled ours on {} of {} prompts".format(
-        sum(r["same_as_ours"] for r in run(PEER)["rows"] if r["setting"] == "t0"),
-        sum(r["prompts"] for r in run(PEER)["rows"] if r["setting"] == "t0"))),
+    ("docs/engines.md", PEER, peer_text),
     ("docs/engines.md", VLLM, vllm_text),
     ("docs/engines.md", SERVER, server_text),
     ("README.md", SERVER, lambda run: engines_row(run, SERVER, "llama.cpp, llama-server")),
