@@ -42,7 +42,7 @@ def to_folder(gguf, folder):
     transformers.AutoTokenizer.from_pretrained(where, gguf_file=name).save_pretrained(folder)
     state = {k: v.contiguous() for k, v in model.state_dict().items()
              if not (config.tie_word_embeddings and k == "lm_head.weight")}
-    save_file(state, os.path.join(folder + ".tmp.safetensors"), metadata={"format": "pt"})
+    save_file(state, folder + ".tmp.safetensors", metadata={"format": "pt"})
     os.replace(folder + ".tmp.safetensors", os.path.join(folder, "model.safetensors"))  # whole, or not at all
 
 

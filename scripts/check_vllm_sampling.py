@@ -27,34 +27,29 @@ METHODS = {"plain": None,
            "suffix": dict(method="suffix", num_speculative_tokens=8, suffix_decoding_max_cached_requests=0)}
 
 
-def main(gguf):
+def main(gguf, method=None):  # no method: each method in a child process of its own (one vLLM engine a process)
+    if method is None:
+        for name in METHODS:
+            subprocess.run([sys.executable, __file__, gguf, name], check=True)
+        return
     folder = os.path.join(ROOT, ".peers", "vllm", "models", os.path.splitext(os.path.basename(gguf))[0])
     to_folder(gguf, folder)
     os.environ.update(VLLM_ENABLE_V1_MULTIPROCESSING="0", VLLM_CPU_KVCACHE_SPACE="1",
                       VLLM_LOGGING_STREAM="ext://sys.stderr")  # its logs apart from the lines below
     from vllm import LLM, SamplingParams
     from vllm.inputs import TokensPrompt
-    name = sys.argv[2] if len(sys.argv) > 2 else None
-    for method, config in METHODS.items():
-        if name and method != name:
-            continue
-        if method != "plain" and name is None:  # one engine a process: run each method in a child of its own
-            subprocess.run([sys.executable, __file__, gguf, method], check=True)
-            continue
-        llm = LLM(folder, dtype="float32", enforce_eager=True, enable_prefix_caching=False, disable_log_stats=False,
-                  speculative_config=config)
-        tok = llm.get_tokenizer()
-        ids = tok.encode(tok.apply_chat_template([{"role": "user", "content": TEXT}], add_generation_prompt=True,
-                                                 tokenize=False), add_special_tokens=False)
-        for t, seed in [(0.0, 1), (0.01, 1), (1.0, 1)]:
-            before = counters(llm)
-            out = llm.generate(TokensPrompt(prompt_token_ids=ids), SamplingParams(max_tokens=48, temperature=t,
-                                                                                   seed=seed), use_tqdm=False)[0]
-            drafts, kept = (a - b for a, b in zip(counters(llm), before))
-            print(f"{method:6s} T={t:<4} rounds that drafted {drafts:3d}, drafts kept {kept:3d}: "
-                  f"{out.outputs[0].text[:60]!r}", flush=True)
-        if name is None:  # plain, in the parent: then the methods, each in a child
-            del llm
+    llm = LLM(folder, dtype="float32", enforce_eager=True, enable_prefix_caching=False, disable_log_stats=False,
+              speculative_config=METHODS[method])
+    tok = llm.get_tokenizer()
+    ids = tok.encode(tok.apply_chat_template([{"role": "user", "content": TEXT}], add_generation_prompt=True,
+                                             tokenize=False), add_special_tokens=False)
+    for t in (0.0, 0.01, 1.0):
+        before = counters(llm)
+        out = llm.generate(TokensPrompt(prompt_token_ids=ids), SamplingParams(max_tokens=48, temperature=t, seed=1),
+                           use_tqdm=False)[0]
+        drafts, kept = (a - b for a, b in zip(counters(llm), before))
+        print(f"{method:6s} T={t:<4} rounds that drafted {drafts:3d}, drafts kept {kept:3d}: "
+              f"{out.outputs[0].text[:60]!r}", flush=True)
 
 
 if __name__ == "__main__":
@@ -67,4 +62,4 @@ if __name__ == "__main__":
             raise SystemExit("check_vllm_sampling: no GGUF path given, and the project's Python (PROJECT_PYTHON, or "
                              "python on PATH) could not find SmolLM2's: pass the .gguf file's path")
         path = found.stdout.strip()
-    main(path)
+    main(path, sys.argv[2] if len(sys.argv) > 2 else None)
