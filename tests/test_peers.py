@@ -10,7 +10,7 @@ import textwrap
 
 import pytest
 
-from benchmarks import llamacpp_peer, vllm_peer
+from benchmarks import llamacpp_peer, peers, vllm_peer
 from benchmarks.peers import LlamaCppPeer, LlamaServerPeer, VLLMPeer, print_rounds_table, print_table
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -336,8 +336,12 @@ def test_llama_server_sends_the_request_as_ours_reads_it(llama_server, monkeypat
     assert sampled["repeat_penalty"] == 1.0 and greedy["temperature"] == 0.0 and greedy["top_p"] == 1.0
 
 
-def test_llama_server_that_cannot_start_says_so_in_one_line(llama_server, tmp_path):
+def test_llama_server_that_cannot_start_says_so_in_one_line(llama_server, tmp_path, monkeypatch):
+    started = []
+    init = peers.HTTPServer.__init__
+    monkeypatch.setattr(peers.HTTPServer, "__init__", lambda self, *a, **kw: started.append(self) or init(self, *a, **kw))
     with pytest.raises(SystemExit, match="(?s)it ended while starting .*unknown speculative type"):
         LlamaServerPeer("m.gguf", 2, configs={"x": ["--spec-type", "broken"]}, binary=llama_server)
+    assert len(started) == 2 and all(server.proc.poll() is not None for server in started)  # plain's ended too
     with pytest.raises(SystemExit, match="bash scripts/setup_llamacpp.sh --server builds it"):
         LlamaServerPeer("m.gguf", 2, binary=str(tmp_path / "nothing"))
